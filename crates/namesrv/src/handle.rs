@@ -1,0 +1,191 @@
+//! One function per request code; each turns a request into its response. The server writes
+//! the response; nothing here touches a socket.
+
+use std::sync::Mutex;
+
+use quiver_wire::body::{self, RegisterBrokerBody};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::{
+    ext_or_err, GetRouteInfoRequestHeader, HeaderError, KvConfigHeader,
+    RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
+};
+use quiver_wire::message::body_crc;
+use quiver_wire::{Command, ExtFields};
+
+use crate::route_table::{ConnectionId, Registration, RouteTable};
+
+/// What a handler sees besides the request.
+pub struct Call<'a> {
+    pub table: &'a Mutex<RouteTable>,
+    pub connection: ConnectionId,
+    pub now_ms: i64,
+}
+
+type Handler = fn(&Call, &Command) -> Result<Command, HeaderError>;
+
+fn handler_for(code: i32) -> Option<Handler> {
+    Some(match code {
+        request_code::PUT_KV_CONFIG => put_kv_config,
+        request_code::GET_KV_CONFIG => get_kv_config,
+        request_code::DELETE_KV_CONFIG => delete_kv_config,
+        request_code::REGISTER_BROKER => register_broker,
+        request_code::UNREGISTER_BROKER => unregister_broker,
+        request_code::GET_ROUTEINFO_BY_TOPIC => route_by_topic,
+        request_code::GET_BROKER_CLUSTER_INFO => cluster_info,
+        request_code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => topic_list,
+        request_code::QUERY_DATA_VERSION => query_data_version,
+        request_code::BROKER_HEARTBEAT => broker_heartbeat,
+        _ => return None,
+    })
+}
+
+/// Answers one request. Unknown codes get REQUEST_CODE_NOT_SUPPORTED as from Java; requests
+/// with missing or bad header fields get SYSTEM_ERROR naming the field.
+pub fn handle(call: &Call, request: &Command) -> Command {
+    let Some(handler) = handler_for(request.code) else {
+        return request
+            .response_to(response_code::REQUEST_CODE_NOT_SUPPORTED)
+            .with_remark(format!("request type {} not supported", request.code));
+    };
+    match handler(call, request) {
+        Ok(response) => response,
+        Err(error) => request
+            .response_to(response_code::SYSTEM_ERROR)
+            .with_remark(error.to_string()),
+    }
+}
+
+fn lock<'a>(call: &Call<'a>) -> std::sync::MutexGuard<'a, RouteTable> {
+    // A poisoned lock means a handler panicked mid-update: the table may be inconsistent and
+    // serving it would hand out wrong routes, so stop.
+    call.table.lock().expect("route table lock poisoned")
+}
+
+fn register_broker(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = RegisterBrokerRequestHeader::from_ext(ext_or_err(request)?)?;
+    if header.body_crc32 != 0 && body_crc(&request.body) != header.body_crc32 {
+        return Ok(request
+            .response_to(response_code::SYSTEM_ERROR)
+            .with_remark("crc32 not match"));
+    }
+    if header.compressed {
+        return Ok(request
+            .response_to(response_code::SYSTEM_ERROR)
+            .with_remark(
+                "compressed registration bodies are not supported; set compressedRegister=false",
+            ));
+    }
+    let topics = if request.body.is_empty() {
+        Default::default()
+    } else {
+        match body::from_json::<RegisterBrokerBody>(&request.body) {
+            Ok(parsed) => parsed.topic_config_serialize_wrapper.topic_config_table,
+            Err(error) => {
+                return Ok(request
+                    .response_to(response_code::SYSTEM_ERROR)
+                    .with_remark(error.to_string()))
+            }
+        }
+    };
+    let registration = Registration {
+        cluster: header.cluster_name,
+        broker_name: header.broker_name,
+        broker_addr: header.broker_addr,
+        broker_id: header.broker_id,
+        expiry_ms: header.heartbeat_timeout_millis,
+        topics,
+    };
+    lock(call).register(registration, Some(call.connection), call.now_ms);
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new()))
+}
+
+fn unregister_broker(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = UnregisterBrokerRequestHeader::from_ext(ext_or_err(request)?)?;
+    lock(call).unregister(&header.broker_addr);
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new()))
+}
+
+fn broker_heartbeat(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    // Liveness only: registration carries the topics, so a heartbeat from an unknown broker
+    // changes nothing until it registers.
+    let ext = ext_or_err(request)?;
+    let addr = ext
+        .get("brokerAddr")
+        .ok_or(HeaderError::Missing("brokerAddr"))?;
+    lock(call).touch(addr, call.now_ms);
+    Ok(request.response_to(response_code::SUCCESS))
+}
+
+fn query_data_version(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    // We keep no per-broker data version, so always ask for a full registration: correct, and
+    // cheap at one registration per 30 s.
+    let ext = ext_or_err(request)?;
+    if let Some(addr) = ext.get("brokerAddr") {
+        lock(call).touch(addr, call.now_ms);
+    }
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new().with("changed", true)))
+}
+
+fn route_by_topic(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = GetRouteInfoRequestHeader::from_ext(ext_or_err(request)?)?;
+    let route = lock(call).route(&header.topic);
+    Ok(match route {
+        Some(route) => request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&route)),
+        None => request
+            .response_to(response_code::TOPIC_NOT_EXIST)
+            .with_remark(format!(
+                "No topic route info in name server for the topic: {}",
+                header.topic
+            )),
+    })
+}
+
+fn cluster_info(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let info = lock(call).cluster_info();
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_body(body::to_json(&info)))
+}
+
+fn topic_list(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let list = lock(call).topic_list();
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_body(body::to_json(&list)))
+}
+
+fn put_kv_config(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = KvConfigHeader::from_ext(ext_or_err(request)?)?;
+    let value = header.value.ok_or(HeaderError::Missing("value"))?;
+    lock(call).kv_put(&header.namespace, &header.key, &value);
+    Ok(request.response_to(response_code::SUCCESS))
+}
+
+fn get_kv_config(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = KvConfigHeader::from_ext(ext_or_err(request)?)?;
+    Ok(match lock(call).kv_get(&header.namespace, &header.key) {
+        Some(value) => request
+            .response_to(response_code::SUCCESS)
+            .with_ext(ExtFields::new().with("value", value)),
+        None => request
+            .response_to(response_code::QUERY_NOT_FOUND)
+            .with_remark(format!(
+                "No config item, Namespace: {} Key: {}",
+                header.namespace, header.key
+            )),
+    })
+}
+
+fn delete_kv_config(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = KvConfigHeader::from_ext(ext_or_err(request)?)?;
+    lock(call).kv_delete(&header.namespace, &header.key);
+    Ok(request.response_to(response_code::SUCCESS))
+}

@@ -1,0 +1,364 @@
+//! The name server's state as plain data: which brokers are alive, which topics they serve, and
+//! the KV config. No I/O and no clock: callers pass `now_ms`, so expiry is testable.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use quiver_wire::body::{
+    BrokerData, ClusterInfo, QueueData, TopicConfig, TopicList, TopicRouteData,
+};
+
+/// Identifies the connection a broker registered over, so a closed connection can drop it.
+pub type ConnectionId = u64;
+
+/// Java's name server expires a broker after 120 s without a registration.
+pub const BROKER_EXPIRY_MS_DEFAULT: i64 = 120_000;
+
+#[derive(Debug, Clone)]
+struct LiveBroker {
+    cluster: String,
+    broker_name: String,
+    broker_id: i64,
+    last_update_ms: i64,
+    expiry_ms: i64,
+    connection: Option<ConnectionId>,
+}
+
+/// What a broker tells the name server when it registers.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub cluster: String,
+    pub broker_name: String,
+    pub broker_addr: String,
+    pub broker_id: i64,
+    pub expiry_ms: Option<i64>,
+    pub topics: BTreeMap<String, TopicConfig>,
+}
+
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    /// broker name -> (cluster, id -> address)
+    brokers: BTreeMap<String, (String, BTreeMap<i64, String>)>,
+    clusters: BTreeMap<String, BTreeSet<String>>,
+    /// topic -> broker name -> queue data
+    topics: BTreeMap<String, BTreeMap<String, QueueData>>,
+    /// broker address -> liveness
+    live: BTreeMap<String, LiveBroker>,
+    kv: BTreeMap<String, BTreeMap<String, String>>,
+    expiry_ms_default: i64,
+}
+
+impl RouteTable {
+    pub fn new(expiry_ms_default: i64) -> RouteTable {
+        RouteTable {
+            expiry_ms_default,
+            ..RouteTable::default()
+        }
+    }
+
+    /// Records a registration. Only the master (id 0) defines the topics a broker serves, as
+    /// in RocketMQ: slaves share their master's topics.
+    pub fn register(
+        &mut self,
+        registration: Registration,
+        connection: Option<ConnectionId>,
+        now_ms: i64,
+    ) {
+        let Registration {
+            cluster,
+            broker_name,
+            broker_addr,
+            broker_id,
+            expiry_ms,
+            topics,
+        } = registration;
+        self.clusters
+            .entry(cluster.clone())
+            .or_default()
+            .insert(broker_name.clone());
+        let entry = self
+            .brokers
+            .entry(broker_name.clone())
+            .or_insert_with(|| (cluster.clone(), BTreeMap::new()));
+        entry.0 = cluster.clone();
+        // An address moving to another id (a slave promoted, say) must not stay under both.
+        entry
+            .1
+            .retain(|id, addr| *addr != broker_addr || *id == broker_id);
+        entry.1.insert(broker_id, broker_addr.clone());
+        if broker_id == 0 {
+            for queues in self.topics.values_mut() {
+                queues.remove(&broker_name);
+            }
+            for (topic, config) in topics {
+                let queue_data = QueueData {
+                    broker_name: broker_name.clone(),
+                    read_queue_nums: config.read_queue_nums,
+                    write_queue_nums: config.write_queue_nums,
+                    perm: config.perm,
+                    topic_sys_flag: config.topic_sys_flag,
+                };
+                self.topics
+                    .entry(topic)
+                    .or_default()
+                    .insert(broker_name.clone(), queue_data);
+            }
+            self.topics.retain(|_, queues| !queues.is_empty());
+        }
+        self.live.insert(
+            broker_addr,
+            LiveBroker {
+                cluster,
+                broker_name,
+                broker_id,
+                last_update_ms: now_ms,
+                expiry_ms: expiry_ms.unwrap_or(self.expiry_ms_default),
+                connection,
+            },
+        );
+    }
+
+    /// Removes one broker address and, when it was the last address of its broker name, the
+    /// broker's topics and cluster membership too. Returns whether anything was removed.
+    pub fn unregister(&mut self, broker_addr: &str) -> bool {
+        let Some(live) = self.live.remove(broker_addr) else {
+            return false;
+        };
+        let mut broker_gone = false;
+        if let Some((_, addrs)) = self.brokers.get_mut(&live.broker_name) {
+            addrs.retain(|_, addr| addr != broker_addr);
+            broker_gone = addrs.is_empty();
+        }
+        if live.broker_id == 0 || broker_gone {
+            for queues in self.topics.values_mut() {
+                queues.remove(&live.broker_name);
+            }
+            self.topics.retain(|_, queues| !queues.is_empty());
+        }
+        if broker_gone {
+            self.brokers.remove(&live.broker_name);
+            if let Some(names) = self.clusters.get_mut(&live.cluster) {
+                names.remove(&live.broker_name);
+                if names.is_empty() {
+                    self.clusters.remove(&live.cluster);
+                }
+            }
+        }
+        true
+    }
+
+    /// Marks a registered broker as alive now; unknown addresses are ignored.
+    pub fn touch(&mut self, broker_addr: &str, now_ms: i64) {
+        if let Some(live) = self.live.get_mut(broker_addr) {
+            live.last_update_ms = now_ms;
+        }
+    }
+
+    /// Drops brokers whose last registration is older than their expiry. Returns their addresses.
+    pub fn expire(&mut self, now_ms: i64) -> Vec<String> {
+        let expired: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, live)| now_ms - live.last_update_ms > live.expiry_ms)
+            .map(|(addr, _)| addr.clone())
+            .collect();
+        for addr in &expired {
+            self.unregister(addr);
+        }
+        expired
+    }
+
+    /// Drops every broker that registered over a connection that has closed, as Java does.
+    pub fn connection_closed(&mut self, connection: ConnectionId) -> Vec<String> {
+        let gone: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, live)| live.connection == Some(connection))
+            .map(|(addr, _)| addr.clone())
+            .collect();
+        for addr in &gone {
+            self.unregister(addr);
+        }
+        gone
+    }
+
+    pub fn route(&self, topic: &str) -> Option<TopicRouteData> {
+        let queues = self.topics.get(topic)?;
+        let mut broker_datas = Vec::new();
+        for broker_name in queues.keys() {
+            if let Some((cluster, addrs)) = self.brokers.get(broker_name) {
+                broker_datas.push(BrokerData {
+                    cluster: cluster.clone(),
+                    broker_name: broker_name.clone(),
+                    broker_addrs: addrs.clone(),
+                    enable_acting_master: false,
+                });
+            }
+        }
+        Some(TopicRouteData {
+            // Java copies ORDER_TOPIC_CONFIG into routes only with `orderMessageEnable`, which is
+            // off by default; a non-empty value would make producers ignore `queueDatas`.
+            order_topic_conf: None,
+            queue_datas: queues.values().cloned().collect(),
+            broker_datas,
+            filter_server_table: BTreeMap::new(),
+        })
+    }
+
+    pub fn cluster_info(&self) -> ClusterInfo {
+        let broker_addr_table = self
+            .brokers
+            .iter()
+            .map(|(name, (cluster, addrs))| {
+                let data = BrokerData {
+                    cluster: cluster.clone(),
+                    broker_name: name.clone(),
+                    broker_addrs: addrs.clone(),
+                    enable_acting_master: false,
+                };
+                (name.clone(), data)
+            })
+            .collect();
+        ClusterInfo {
+            broker_addr_table,
+            cluster_addr_table: self.clusters.clone(),
+        }
+    }
+
+    pub fn topic_list(&self) -> TopicList {
+        TopicList {
+            topic_list: self.topics.keys().cloned().collect(),
+            broker_addr: None,
+        }
+    }
+
+    pub fn kv_put(&mut self, namespace: &str, key: &str, value: &str) {
+        self.kv
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(key.to_string(), value.to_string());
+    }
+
+    pub fn kv_get(&self, namespace: &str, key: &str) -> Option<String> {
+        self.kv.get(namespace)?.get(key).cloned()
+    }
+
+    pub fn kv_delete(&mut self, namespace: &str, key: &str) {
+        if let Some(table) = self.kv.get_mut(namespace) {
+            table.remove(key);
+        }
+    }
+
+    pub fn live_broker_count(&self) -> usize {
+        self.live.len()
+    }
+}
+
+/// `mqadmin updateTopic -o true` stores order-topic layouts here; routes carry them.
+pub const ORDER_TOPIC_NAMESPACE: &str = "ORDER_TOPIC_CONFIG";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration(name: &str, addr: &str, topics: &[(&str, i32)]) -> Registration {
+        let topics = topics
+            .iter()
+            .map(|(topic, queues)| {
+                let config = TopicConfig {
+                    topic_name: topic.to_string(),
+                    read_queue_nums: *queues,
+                    write_queue_nums: *queues,
+                    perm: 6,
+                    ..TopicConfig::default()
+                };
+                (topic.to_string(), config)
+            })
+            .collect();
+        Registration {
+            cluster: "DefaultCluster".into(),
+            broker_name: name.into(),
+            broker_addr: addr.into(),
+            broker_id: 0,
+            expiry_ms: None,
+            topics,
+        }
+    }
+
+    #[test]
+    fn route_lists_every_broker_serving_a_topic() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), None, 0);
+        table.register(
+            registration("b", "127.0.0.1:2", &[("T", 8), ("U", 1)]),
+            None,
+            0,
+        );
+        let route = table.route("T").expect("route");
+        assert_eq!(route.queue_datas.len(), 2);
+        assert_eq!(route.broker_datas.len(), 2);
+        assert_eq!(
+            route.broker_datas[1]
+                .broker_addrs
+                .get(&0)
+                .map(String::as_str),
+            Some("127.0.0.1:2")
+        );
+        assert!(table.route("missing").is_none());
+        assert_eq!(
+            table.topic_list().topic_list,
+            vec!["T".to_string(), "U".to_string()]
+        );
+    }
+
+    #[test]
+    fn reregistration_replaces_the_topic_set() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(
+            registration("a", "127.0.0.1:1", &[("T", 4), ("old", 1)]),
+            None,
+            0,
+        );
+        table.register(registration("a", "127.0.0.1:1", &[("T", 2)]), None, 10);
+        assert!(table.route("old").is_none());
+        assert_eq!(
+            table.route("T").expect("route").queue_datas[0].write_queue_nums,
+            2
+        );
+    }
+
+    #[test]
+    fn brokers_expire_after_the_timeout_and_not_before() {
+        let mut table = RouteTable::new(120_000);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), None, 1_000);
+        assert!(table.expire(121_000).is_empty());
+        assert_eq!(table.expire(121_001), vec!["127.0.0.1:1".to_string()]);
+        assert!(table.route("T").is_none());
+        assert!(table.cluster_info().broker_addr_table.is_empty());
+        assert!(table.cluster_info().cluster_addr_table.is_empty());
+    }
+
+    #[test]
+    fn closing_the_registration_connection_drops_the_broker() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), Some(7), 0);
+        table.register(registration("b", "127.0.0.1:2", &[("T", 4)]), Some(8), 0);
+        assert_eq!(table.connection_closed(7), vec!["127.0.0.1:1".to_string()]);
+        let route = table.route("T").expect("route");
+        assert_eq!(route.broker_datas.len(), 1);
+        assert_eq!(route.broker_datas[0].broker_name, "b");
+    }
+
+    #[test]
+    fn kv_config_round_trips_without_touching_routes() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), None, 0);
+        table.kv_put(ORDER_TOPIC_NAMESPACE, "T", "a:4");
+        assert_eq!(
+            table.kv_get(ORDER_TOPIC_NAMESPACE, "T").as_deref(),
+            Some("a:4")
+        );
+        assert_eq!(table.route("T").expect("route").order_topic_conf, None);
+        table.kv_delete(ORDER_TOPIC_NAMESPACE, "T");
+        assert_eq!(table.kv_get(ORDER_TOPIC_NAMESPACE, "T"), None);
+    }
+}

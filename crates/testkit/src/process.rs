@@ -1,0 +1,169 @@
+//! A `quiver` process under test.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The addresses a started process printed in its `ready` line.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    pub namesrv: Option<SocketAddr>,
+    pub broker: Option<SocketAddr>,
+}
+
+pub struct QuiverProcess {
+    child: Option<Child>,
+    pub started: Started,
+    pub log_path: PathBuf,
+}
+
+impl QuiverProcess {
+    /// `quiver up` with free ports and its data in `data_dir`.
+    pub fn up(binary: &Path, data_dir: &Path) -> anyhow::Result<QuiverProcess> {
+        let data = data_dir.to_str().context("data dir is not UTF-8")?;
+        Self::start(
+            binary,
+            &[
+                "up",
+                "--data",
+                data,
+                "--namesrv-port",
+                "0",
+                "--broker-port",
+                "0",
+            ],
+            data_dir,
+        )
+    }
+
+    /// Runs `binary args...`, with its log in `log_dir/quiver.log`, and waits for the `ready`
+    /// line it prints once it listens.
+    pub fn start(binary: &Path, args: &[&str], log_dir: &Path) -> anyhow::Result<QuiverProcess> {
+        std::fs::create_dir_all(log_dir)?;
+        let log_path = log_dir.join("quiver.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let mut child = Command::new(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .env("QUIVER_LOG", "info")
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (lines, received) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match received.recv_timeout(left) {
+                Ok(line) if line.starts_with("ready") => {
+                    let started = parse_ready(&line)?;
+                    return Ok(QuiverProcess {
+                        child: Some(child),
+                        started,
+                        log_path,
+                    });
+                }
+                Ok(_) => continue,
+                Err(_) => {
+                    let _ = child.kill();
+                    let status = child.wait().ok();
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                    bail!("quiver {args:?} did not become ready (exit: {status:?}); log:\n{log}");
+                }
+            }
+        }
+    }
+
+    pub fn broker(&self) -> SocketAddr {
+        self.started.broker.expect("this process runs no broker")
+    }
+
+    pub fn namesrv(&self) -> SocketAddr {
+        self.started
+            .namesrv
+            .expect("this process runs no name server")
+    }
+
+    /// SIGKILL: the process gets no chance to flush or clean up, as in a crash.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        let mut child = self.child.take().context("already stopped")?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        let mut child = self.child.take().context("already stopped")?;
+        let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
+        // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped), and a valid signal.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        if rc != 0 {
+            bail!("kill(SIGTERM) failed: {}", std::io::Error::last_os_error());
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                bail!("quiver did not stop within {STOP_TIMEOUT:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for QuiverProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn parse_ready(line: &str) -> anyhow::Result<Started> {
+    let mut started = Started {
+        namesrv: None,
+        broker: None,
+    };
+    for word in line.split_whitespace().skip(1) {
+        let (key, value) = word
+            .split_once('=')
+            .ok_or_else(|| anyhow!("bad ready line {line:?}"))?;
+        let addr: SocketAddr = value
+            .parse()
+            .with_context(|| format!("bad address in {line:?}"))?;
+        match key {
+            "namesrv" => started.namesrv = Some(addr),
+            "broker" => started.broker = Some(addr),
+            _ => {}
+        }
+    }
+    Ok(started)
+}

@@ -1,0 +1,405 @@
+//! JSON bodies, with Java's property names.
+//!
+//! Java writes these with fastjson, which emits non-standard JSON such as unquoted integer map
+//! keys (`{0:"127.0.0.1:10911"}`) and leaves null fields out. `from_json` therefore quotes bare
+//! integer keys first, and every struct takes defaults for missing keys, ignores unknown keys
+//! and accepts `null` where a collection or string is expected. Our own output is standard JSON
+//! with quoted keys, which Java clients also read.
+//!
+//! Fields are declared in the alphabetical order of their JSON keys, because fastjson sorts keys
+//! and matching its output byte for byte makes captures easy to compare.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("bad JSON body: {0}")]
+    Json(String),
+}
+
+/// Parses a body leniently (see the module comment).
+pub fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    let text = quote_integer_keys(bytes);
+    serde_json::from_slice(&text).map_err(|err| BodyError::Json(err.to_string()))
+}
+
+/// Serializes a body as standard JSON.
+///
+/// Panics only if `T`'s Serialize impl fails or uses non-string map keys, which no body type
+/// here does; that would be a bug in the type, not bad input.
+pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("body types serialize to JSON without error")
+}
+
+/// Rewrites `{0:"a",-1:"b"}` as `{"0":"a","-1":"b"}`, touching nothing inside strings.
+/// A bare integer counts as a key when it follows `{` or `,` and is followed by `:`.
+fn quote_integer_keys(input: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut in_string = false;
+    let mut escaped = false;
+    // Index just past the last `{` or `,` seen outside a string (skipping whitespace), where a
+    // key may start.
+    let mut key_start: Option<usize> = None;
+    let mut copied_up_to = 0;
+    let mut index = 0;
+    while index < input.len() {
+        let byte = input[index];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            index += 1;
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                key_start = None;
+            }
+            b'{' | b',' => key_start = Some(index + 1),
+            b' ' | b'\t' | b'\r' | b'\n' => {}
+            b'-' | b'0'..=b'9' if key_start.is_some() => {
+                let digits_start = index;
+                let mut end = index + 1;
+                while end < input.len() && input[end].is_ascii_digit() {
+                    end += 1;
+                }
+                let mut after = end;
+                while after < input.len() && input[after].is_ascii_whitespace() {
+                    after += 1;
+                }
+                let is_key = input.get(after) == Some(&b':')
+                    && input[digits_start..end].iter().any(u8::is_ascii_digit);
+                if is_key {
+                    let buffer = out.get_or_insert_with(|| Vec::with_capacity(input.len() + 16));
+                    buffer.extend_from_slice(&input[copied_up_to..digits_start]);
+                    buffer.push(b'"');
+                    buffer.extend_from_slice(&input[digits_start..end]);
+                    buffer.push(b'"');
+                    copied_up_to = end;
+                }
+                key_start = None;
+                index = end;
+                continue;
+            }
+            _ => key_start = None,
+        }
+        index += 1;
+    }
+    match out {
+        Some(mut buffer) => {
+            buffer.extend_from_slice(&input[copied_up_to..]);
+            std::borrow::Cow::Owned(buffer)
+        }
+        None => std::borrow::Cow::Borrowed(input),
+    }
+}
+
+/// Treats `null` as the type's default, as Java's parser does for absent values.
+fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Applies the lenient attributes every body struct shares.
+macro_rules! body_struct {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default, rename_all = "camelCase")]
+        pub struct $name {
+            $($(#[$field_meta])* #[serde(deserialize_with = "null_default")] pub $field: $ty,)*
+        }
+    };
+}
+
+body_struct! {
+    /// GET_ROUTEINFO_BY_TOPIC response.
+    pub struct TopicRouteData {
+        pub broker_datas: Vec<BrokerData>,
+        /// Always emitted as `{}`; Java dereferences it unconditionally.
+        pub filter_server_table: BTreeMap<String, Vec<String>>,
+        /// Left out: when present the producer ignores `queue_datas`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub order_topic_conf: Option<String>,
+        pub queue_datas: Vec<QueueData>,
+    }
+}
+
+body_struct! {
+    pub struct QueueData {
+        pub broker_name: String,
+        pub perm: i32,
+        pub read_queue_nums: i32,
+        pub topic_sys_flag: i32,
+        pub write_queue_nums: i32,
+    }
+}
+
+body_struct! {
+    pub struct BrokerData {
+        /// Broker id (0 = master) to "ip:port". Written with quoted keys.
+        pub broker_addrs: BTreeMap<i64, String>,
+        pub broker_name: String,
+        pub cluster: String,
+        pub enable_acting_master: bool,
+    }
+}
+
+body_struct! {
+    /// GET_BROKER_CLUSTER_INFO response.
+    pub struct ClusterInfo {
+        pub broker_addr_table: BTreeMap<String, BrokerData>,
+        pub cluster_addr_table: BTreeMap<String, BTreeSet<String>>,
+    }
+}
+
+body_struct! {
+    /// GET_ALL_TOPIC_LIST_FROM_NAMESERVER response (and similar topic lists).
+    pub struct TopicList {
+        pub topic_list: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub broker_addr: Option<String>,
+    }
+}
+
+body_struct! {
+    /// HEART_BEAT request.
+    pub struct HeartbeatData {
+        #[serde(rename = "clientID")]
+        pub client_id: String,
+        pub consumer_data_set: Vec<ConsumerData>,
+        pub heartbeat_fingerprint: i32,
+        pub producer_data_set: Vec<ProducerData>,
+        pub without_sub: bool,
+    }
+}
+
+body_struct! {
+    pub struct ProducerData {
+        pub group_name: String,
+    }
+}
+
+body_struct! {
+    pub struct ConsumerData {
+        pub consume_from_where: String,
+        /// "CONSUME_PASSIVELY" (push), "CONSUME_ACTIVELY" (lite pull) or "CONSUME_POP".
+        pub consume_type: String,
+        pub group_name: String,
+        /// "CLUSTERING" or "BROADCASTING".
+        pub message_model: String,
+        pub subscription_data_set: Vec<SubscriptionData>,
+        pub unit_mode: bool,
+    }
+}
+
+body_struct! {
+    pub struct SubscriptionData {
+        pub class_filter_mode: bool,
+        /// Java hash of each tag.
+        pub code_set: Vec<i32>,
+        /// "TAG" or "SQL92".
+        pub expression_type: String,
+        /// "*" or "tagA || tagB".
+        pub sub_string: String,
+        pub sub_version: i64,
+        pub tags_set: Vec<String>,
+        pub topic: String,
+    }
+}
+
+body_struct! {
+    /// REGISTER_BROKER request.
+    pub struct RegisterBrokerBody {
+        pub filter_server_list: Vec<String>,
+        pub topic_config_serialize_wrapper: TopicConfigSerializeWrapper,
+    }
+}
+
+body_struct! {
+    pub struct TopicConfigSerializeWrapper {
+        pub data_version: DataVersion,
+        pub topic_config_table: BTreeMap<String, TopicConfig>,
+    }
+}
+
+body_struct! {
+    pub struct TopicConfig {
+        pub attributes: BTreeMap<String, String>,
+        pub order: bool,
+        pub perm: i32,
+        pub read_queue_nums: i32,
+        /// "SINGLE_TAG" or "MULTI_TAG".
+        pub topic_filter_type: String,
+        pub topic_name: String,
+        pub topic_sys_flag: i32,
+        pub write_queue_nums: i32,
+    }
+}
+
+body_struct! {
+    pub struct DataVersion {
+        pub counter: i64,
+        pub state_version: i64,
+        pub timestamp: i64,
+    }
+}
+
+body_struct! {
+    /// KVTable, e.g. GET_BROKER_RUNTIME_INFO response.
+    pub struct KvTable {
+        pub table: BTreeMap<String, String>,
+    }
+}
+
+body_struct! {
+    /// GET_CONSUMER_LIST_BY_GROUP response.
+    pub struct ConsumerIdList {
+        pub consumer_id_list: Vec<String>,
+    }
+}
+
+body_struct! {
+    /// QUERY_TOPIC_CONSUME_BY_WHO response.
+    pub struct GroupList {
+        pub group_list: BTreeSet<String>,
+    }
+}
+
+/// Field order gives Java's `compareTo` order: topic, broker name, queue id.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MessageQueue {
+    #[serde(deserialize_with = "null_default")]
+    pub topic: String,
+    #[serde(deserialize_with = "null_default")]
+    pub broker_name: String,
+    pub queue_id: i32,
+}
+
+body_struct! {
+    /// LOCK_BATCH_MQ / UNLOCK_BATCH_MQ request.
+    pub struct LockBatchRequestBody {
+        pub client_id: String,
+        pub consumer_group: String,
+        pub mq_set: Vec<MessageQueue>,
+        pub only_this_broker: bool,
+    }
+}
+
+body_struct! {
+    /// LOCK_BATCH_MQ response.
+    pub struct LockBatchResponseBody {
+        #[serde(rename = "lockOKMQSet")]
+        pub lock_ok_mq_set: Vec<MessageQueue>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_integer_keys_are_quoted_outside_strings() {
+        let input = br#"{0:"a", -1 :"b","s":"{0:x}","n":[1,2],"o":{ 10:"c"}}"#;
+        let fixed = quote_integer_keys(input);
+        assert_eq!(
+            std::str::from_utf8(&fixed).unwrap(),
+            r#"{"0":"a", "-1" :"b","s":"{0:x}","n":[1,2],"o":{ "10":"c"}}"#
+        );
+        let clean = br#"{"a":[1,2,{"b":3}],"c":"\"{1:2}"}"#;
+        assert!(matches!(
+            quote_integer_keys(clean),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn cluster_info_with_bare_keys_parses() {
+        let body = br#"{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}},"clusterAddrTable":{"DefaultCluster":["broker-a"]}}"#;
+        let info: ClusterInfo = from_json(body).unwrap();
+        let broker = &info.broker_addr_table["broker-a"];
+        assert_eq!(broker.broker_addrs[&0], "127.0.0.1:10911");
+        assert!(info.cluster_addr_table["DefaultCluster"].contains("broker-a"));
+        let again = to_json(&info);
+        assert!(std::str::from_utf8(&again)
+            .unwrap()
+            .contains(r#"{"0":"127.0.0.1:10911"}"#));
+        assert_eq!(from_json::<ClusterInfo>(&again).unwrap(), info);
+    }
+
+    #[test]
+    fn nulls_and_unknown_keys_are_tolerated() {
+        let body = br#"{"queueDatas":null,"brokerDatas":[{"brokerName":null,"zoneName":"z"}],"topicQueueMappingByBroker":{}}"#;
+        let route: TopicRouteData = from_json(body).unwrap();
+        assert!(route.queue_datas.is_empty());
+        assert_eq!(route.broker_datas[0].broker_name, "");
+        assert!(route.filter_server_table.is_empty());
+    }
+
+    #[test]
+    fn route_output_has_java_shape() {
+        let route = TopicRouteData {
+            order_topic_conf: None,
+            queue_datas: vec![QueueData {
+                broker_name: "broker-a".into(),
+                read_queue_nums: 4,
+                write_queue_nums: 4,
+                perm: 6,
+                topic_sys_flag: 0,
+            }],
+            broker_datas: vec![BrokerData {
+                cluster: "DefaultCluster".into(),
+                broker_name: "broker-a".into(),
+                broker_addrs: BTreeMap::from([(0, "127.0.0.1:10911".into())]),
+                enable_acting_master: false,
+            }],
+            filter_server_table: BTreeMap::new(),
+        };
+        let text = String::from_utf8(to_json(&route)).unwrap();
+        assert!(!text.contains("orderTopicConf"));
+        assert!(text.contains(r#""filterServerTable":{}"#));
+        assert!(text.contains(r#""topicSysFlag":0"#));
+        assert_eq!(from_json::<TopicRouteData>(text.as_bytes()).unwrap(), route);
+    }
+
+    #[test]
+    fn java_key_spellings() {
+        let heartbeat = HeartbeatData {
+            client_id: "c".into(),
+            ..Default::default()
+        };
+        assert!(String::from_utf8(to_json(&heartbeat))
+            .unwrap()
+            .contains(r#""clientID":"c""#));
+        let lock = LockBatchResponseBody {
+            lock_ok_mq_set: vec![MessageQueue::default()],
+        };
+        assert!(String::from_utf8(to_json(&lock))
+            .unwrap()
+            .starts_with(r#"{"lockOKMQSet":["#));
+        let request = LockBatchRequestBody {
+            client_id: "c".into(),
+            ..Default::default()
+        };
+        assert!(String::from_utf8(to_json(&request))
+            .unwrap()
+            .contains(r#""clientId":"c""#));
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(from_json::<ClusterInfo>(b"{").is_err());
+        assert!(from_json::<ClusterInfo>(br#""text""#).is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! JSON header (serialize type 0): the fastjson form of Java's RemotingCommand.
+//!
+//! Output mirrors Java: keys in alphabetical order, null fields left out, `language` by name,
+//! every ext value a string. Input is lenient the way fastjson is: any key order, whitespace,
+//! `null` remark/extFields, duplicate keys (last wins), numbers or booleans as ext values.
+
+use std::fmt::Write as _;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::Value;
+
+use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode};
+
+fn bad(reason: impl Into<String>) -> FrameError {
+    FrameError::BadJsonHeader(reason.into())
+}
+
+pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
+    // serde_json's map keeps the last of duplicate keys, which is the rule we want.
+    let value: Value = serde_json::from_slice(header).map_err(|err| bad(err.to_string()))?;
+    let Value::Object(fields) = value else {
+        return Err(bad("header is not a JSON object"));
+    };
+    let int_field = |name: &str| -> Result<i32, FrameError> {
+        match fields.get(name) {
+            // fastjson leaves a missing int at Java's default of 0.
+            None | Some(Value::Null) => Ok(0),
+            Some(Value::Number(number)) => number
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| bad(format!("{name} {number} is not a 32-bit integer"))),
+            Some(Value::String(text)) => text
+                .parse::<i32>()
+                .map_err(|_| bad(format!("{name} {text:?} is not a 32-bit integer"))),
+            Some(other) => Err(bad(format!("{name} has unexpected value {other}"))),
+        }
+    };
+    let code = int_field("code")?;
+    let version = int_field("version")?;
+    let opaque = int_field("opaque")?;
+    let flag = int_field("flag")?;
+
+    let language = match fields.get("language") {
+        None | Some(Value::Null) => LanguageCode::JAVA,
+        Some(Value::String(name)) => LanguageCode::from_name(name).unwrap_or(LanguageCode::OTHER),
+        Some(Value::Number(number)) => number
+            .as_u64()
+            .and_then(|n| u8::try_from(n).ok())
+            .map(LanguageCode)
+            .ok_or_else(|| bad(format!("language {number} is out of range")))?,
+        Some(other) => return Err(bad(format!("language has unexpected value {other}"))),
+    };
+
+    let remark = match fields.get("remark") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(other) => return Err(bad(format!("remark has unexpected value {other}"))),
+    };
+
+    let ext = match fields.get("extFields") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(entries)) => {
+            let mut ext = ExtFields::new();
+            for (key, value) in entries {
+                let text = match value {
+                    Value::Null => continue,
+                    Value::String(text) => text.clone(),
+                    Value::Number(number) => number.to_string(),
+                    Value::Bool(flag) => flag.to_string(),
+                    other => return Err(bad(format!("ext {key:?} has unexpected value {other}"))),
+                };
+                ext.insert(key.clone(), text);
+            }
+            Some(ext)
+        }
+        Some(other) => return Err(bad(format!("extFields has unexpected value {other}"))),
+    };
+
+    Ok(Command {
+        code,
+        language,
+        version,
+        opaque,
+        flag,
+        remark,
+        ext,
+        body: Bytes::new(),
+        encoding: Encoding::Json,
+    })
+}
+
+pub(crate) fn encode(cmd: &Command, out: &mut BytesMut) {
+    let mut text = String::with_capacity(160);
+    // Writing into a String cannot fail, so the fmt results are ignored.
+    let _ = write!(text, "{{\"code\":{}", cmd.code);
+    if let Some(ext) = &cmd.ext {
+        text.push_str(",\"extFields\":{");
+        for (index, (key, value)) in ext.iter().enumerate() {
+            if index > 0 {
+                text.push(',');
+            }
+            push_json_string(&mut text, key);
+            text.push(':');
+            push_json_string(&mut text, value);
+        }
+        text.push('}');
+    }
+    let _ = write!(
+        text,
+        ",\"flag\":{},\"language\":\"{}\",\"opaque\":{}",
+        cmd.flag,
+        cmd.language.name(),
+        cmd.opaque
+    );
+    if let Some(remark) = &cmd.remark {
+        text.push_str(",\"remark\":");
+        push_json_string(&mut text, remark);
+    }
+    let _ = write!(
+        text,
+        ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":{}}}",
+        cmd.version
+    );
+    out.put_slice(text.as_bytes());
+}
+
+/// Appends `value` as a JSON string literal. Control characters become `\u00XX`, as fastjson
+/// writes them; message properties rely on 0x01/0x02 surviving this.
+pub(crate) fn push_json_string(out: &mut String, value: &str) {
+    out.push('"');
+    for ch in value.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Command, FrameError> {
+        decode(&Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn encodes_keys_in_java_order() {
+        let cmd = Command::request(105, Encoding::Json)
+            .with_opaque(1)
+            .with_ext(ExtFields::new().with("topic", "T"));
+        let mut out = BytesMut::new();
+        encode(&cmd, &mut out);
+        assert_eq!(
+            &out[..],
+            br#"{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":1,"serializeTypeCurrentRPC":"JSON","version":479}"#
+        );
+    }
+
+    #[test]
+    fn accepts_lenient_input() {
+        let cmd = parse(
+            r#" { "version" : 513, "remark" : null, "extFields" : {"a":"1","a":"2","n":3,"b":true,"z":null},
+                 "opaque": 7, "code": 310, "language": "GO", "flag": 0, "unknown": [1] } "#,
+        )
+        .unwrap();
+        assert_eq!(cmd.code, 310);
+        assert_eq!(cmd.language, LanguageCode(9));
+        assert_eq!(cmd.remark, None);
+        let ext = cmd.ext.unwrap();
+        assert_eq!(ext.get("a"), Some("2"));
+        assert_eq!(ext.get("n"), Some("3"));
+        assert_eq!(ext.get("b"), Some("true"));
+        assert_eq!(ext.get("z"), None);
+    }
+
+    #[test]
+    fn null_ext_is_absent_and_escapes_are_decoded() {
+        let cmd = parse(r#"{"code":0,"extFields":null,"remark":"a\u0001b\u0002"}"#).unwrap();
+        assert_eq!(cmd.ext, None);
+        assert_eq!(cmd.remark.as_deref(), Some("a\u{1}b\u{2}"));
+    }
+
+    #[test]
+    fn control_characters_round_trip() {
+        let value = "KEYS\u{1}k\u{2}\"quoted\\\"\n\u{7f}é";
+        let cmd = Command::request(310, Encoding::Json).with_ext(ExtFields::new().with("i", value));
+        let mut out = BytesMut::new();
+        encode(&cmd, &mut out);
+        assert!(std::str::from_utf8(&out).unwrap().contains("\\u0001"));
+        assert_eq!(decode(&out.freeze()).unwrap(), cmd);
+    }
+
+    #[test]
+    fn rejects_non_objects_and_bad_numbers() {
+        assert!(parse("[1]").is_err());
+        assert!(parse(r#"{"code":1.5}"#).is_err());
+        assert!(parse(r#"{"code":99999999999}"#).is_err());
+        assert!(parse(r#"{"extFields":{"k":[1]}}"#).is_err());
+        assert!(parse("{").is_err());
+    }
+}

@@ -1,0 +1,29 @@
+//! Codec for Apache RocketMQ's "remoting" protocol: frames and their two header encodings, typed
+//! request/response headers, the stored-message record, the batch-send body and the JSON bodies.
+//!
+//! This crate does no I/O and owns no runtime: callers hand it bytes and get values back (or a
+//! "need more bytes" answer), so the same code serves the broker, the name server and test clients.
+
+pub mod batch;
+mod binary_header;
+pub mod body;
+pub mod code;
+pub mod frame;
+pub mod header;
+mod json_header;
+pub mod message;
+
+pub use batch::{decode_batch, encode_batch, BatchEntry};
+pub use body::*;
+pub use code::{request_code, response_code, untruncate_pop_code};
+pub use frame::{
+    decode_frame, encode_frame, Command, Encoding, ExtFields, FrameError, LanguageCode,
+    FLAG_ONEWAY, FLAG_RESPONSE, FRAME_BYTES_MAX, SERVER_VERSION,
+};
+pub use header::*;
+pub use message::{
+    body_crc, decode_offset_msg_id, decode_properties, encode_properties, find_property,
+    java_string_hash, new_uniq_id, offset_msg_id, property, sys_flag, tags_code, MessageError,
+    StoredMessage, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PHYSICAL_OFFSET_POSITION,
+    QUEUE_OFFSET_POSITION,
+};

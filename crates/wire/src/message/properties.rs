@@ -1,0 +1,101 @@
+//! Message properties: `name 0x01 value 0x02` pairs, parsed with Java's rules.
+
+/// Message property names (`MessageConst`).
+pub mod property {
+    pub const KEYS: &str = "KEYS";
+    pub const TAGS: &str = "TAGS";
+    pub const UNIQ_KEY: &str = "UNIQ_KEY";
+    pub const WAIT: &str = "WAIT";
+    pub const DELAY: &str = "DELAY";
+    pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+    pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+    pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+    pub const REAL_TOPIC: &str = "REAL_TOPIC";
+    pub const REAL_QID: &str = "REAL_QID";
+    pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+    pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
+    pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
+    pub const CLUSTER: &str = "CLUSTER";
+    pub const POP_CK: &str = "POP_CK";
+    pub const POP_CK_OFFSET: &str = "POP_CK_OFFSET";
+    pub const FIRST_POP_TIME: &str = "1ST_POP_TIME";
+    pub const TRAN_MSG: &str = "TRAN_MSG";
+    pub const PRODUCER_GROUP: &str = "PGROUP";
+    pub const TRANSACTION_ID: &str = "__transactionId__";
+    pub const MIN_OFFSET: &str = "MIN_OFFSET";
+    pub const MAX_OFFSET: &str = "MAX_OFFSET";
+    pub const MSG_REGION: &str = "MSG_REGION";
+    pub const TRACE_SWITCH: &str = "TRACE_ON";
+    pub const CONSUME_START_TIME: &str = "CONSUME_START_TIME";
+    pub const INSTANCE_ID: &str = "INSTANCE_ID";
+    pub const SHARDING_KEY: &str = "__SHARDINGKEY";
+    pub const DLQ_ORIGIN_TOPIC: &str = "DLQ_ORIGIN_TOPIC";
+    pub const DLQ_ORIGIN_MESSAGE_ID: &str = "DLQ_ORIGIN_MESSAGE_ID";
+}
+
+const NAME_VALUE_SEPARATOR: char = '\u{1}';
+const PROPERTY_SEPARATOR: char = '\u{2}';
+
+/// Splits a property string with Java's rules: pairs end in 0x02, the first 0x01 splits name
+/// from value, and a pair with an empty name or value is dropped. Duplicates are kept in order.
+pub fn decode_properties(raw: &str) -> Vec<(String, String)> {
+    property_pairs(raw)
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+fn property_pairs(raw: &str) -> impl Iterator<Item = (&str, &str)> {
+    raw.split(PROPERTY_SEPARATOR).filter_map(|segment| {
+        let (name, value) = segment.split_once(NAME_VALUE_SEPARATOR)?;
+        (!name.is_empty() && !value.is_empty()).then_some((name, value))
+    })
+}
+
+/// Joins pairs as `name 0x01 value 0x02`. Pairs with an empty name or value are skipped,
+/// since Java drops them on parsing anyway.
+pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::new();
+    for (name, value) in pairs {
+        if name.is_empty() || value.is_empty() {
+            continue;
+        }
+        out.push_str(name);
+        out.push(NAME_VALUE_SEPARATOR);
+        out.push_str(value);
+        out.push(PROPERTY_SEPARATOR);
+    }
+    out
+}
+
+/// The value of `name` without allocating. The last occurrence wins, as in Java's HashMap.
+pub fn find_property<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
+    property_pairs(raw)
+        .filter(|(candidate, _)| *candidate == name)
+        .last()
+        .map(|(_, value)| value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_follow_java_parsing() {
+        let raw = "A\u{1}1\u{2}\u{1}x\u{2}B\u{1}\u{2}C\u{1}3\u{1}4\u{2}junk\u{2}A\u{1}2\u{2}";
+        assert_eq!(
+            decode_properties(raw),
+            vec![
+                ("A".into(), "1".into()),
+                ("C".into(), "3\u{1}4".into()),
+                ("A".into(), "2".into())
+            ]
+        );
+        assert_eq!(find_property(raw, "A"), Some("2"));
+        assert_eq!(find_property(raw, "B"), None);
+        assert_eq!(
+            encode_properties([("K", "v"), ("", "x"), ("E", "")]),
+            "K\u{1}v\u{2}"
+        );
+    }
+}
