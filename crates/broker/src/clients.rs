@@ -1,0 +1,289 @@
+//! Who is connected: producer and consumer groups from heartbeats, with the consumers'
+//! subscriptions (a push consumer's pull carries none, so the broker filters by what the
+//! group's last heartbeat said).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+
+use quiver_wire::body::{ConsumerData, HeartbeatData};
+use quiver_wire::message::tags_code;
+
+use crate::connection::{Connection, ConnectionId};
+
+/// Java clients heartbeat every 30 s; Java brokers drop a client silent for 120 s.
+pub const CLIENT_EXPIRY_MS: i64 = 120_000;
+
+/// Which messages of a topic a consumer wants, by tag hash as stored in the ConsumeQueue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagFilter {
+    All,
+    Codes(HashSet<i64>),
+}
+
+impl TagFilter {
+    /// Parses a TAG expression: `*` (or empty) for all, otherwise `TagA || TagB`.
+    pub fn parse(expression: &str) -> TagFilter {
+        let expression = expression.trim();
+        if expression.is_empty() || expression == "*" {
+            return TagFilter::All;
+        }
+        let codes = expression
+            .split("||")
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(tags_code)
+            .collect();
+        TagFilter::Codes(codes)
+    }
+
+    pub fn accepts(&self, code: i64) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Codes(codes) => codes.contains(&code),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    connection: Connection,
+    last_seen_ms: i64,
+    data: ConsumerData,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    /// group -> client id -> member
+    consumers: BTreeMap<String, BTreeMap<String, Member>>,
+    /// group -> client id -> (connection, last seen)
+    producers: BTreeMap<String, BTreeMap<String, (ConnectionId, i64)>>,
+}
+
+#[derive(Default)]
+pub struct ClientTable {
+    tables: Mutex<Tables>,
+}
+
+/// Membership of these consumer groups changed; their members should rebalance.
+pub type ChangedGroups = Vec<String>;
+
+impl ClientTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables.lock().expect("client table lock poisoned")
+    }
+
+    /// Records a heartbeat. Returns the consumer groups whose membership changed.
+    pub fn heartbeat(
+        &self,
+        connection: &Connection,
+        data: HeartbeatData,
+        now_ms: i64,
+    ) -> ChangedGroups {
+        let mut tables = self.lock();
+        for producer in &data.producer_data_set {
+            tables
+                .producers
+                .entry(producer.group_name.clone())
+                .or_default()
+                .insert(data.client_id.clone(), (connection.id, now_ms));
+        }
+        let mut changed = Vec::new();
+        for consumer in data.consumer_data_set {
+            let group = tables
+                .consumers
+                .entry(consumer.group_name.clone())
+                .or_default();
+            let is_new = match group.get(&data.client_id) {
+                Some(member) => member.connection.id != connection.id,
+                None => true,
+            };
+            if is_new {
+                changed.push(consumer.group_name.clone());
+            }
+            let member = Member {
+                connection: connection.clone(),
+                last_seen_ms: now_ms,
+                data: consumer,
+            };
+            group.insert(data.client_id.clone(), member);
+        }
+        changed
+    }
+
+    pub fn unregister(
+        &self,
+        client_id: &str,
+        producer_group: Option<&str>,
+        consumer_group: Option<&str>,
+    ) -> ChangedGroups {
+        let mut tables = self.lock();
+        if let Some(group) = producer_group {
+            if let Some(members) = tables.producers.get_mut(group) {
+                members.remove(client_id);
+            }
+        }
+        let mut changed = Vec::new();
+        if let Some(group) = consumer_group {
+            if let Some(members) = tables.consumers.get_mut(group) {
+                if members.remove(client_id).is_some() {
+                    changed.push(group.to_string());
+                }
+            }
+        }
+        tables.consumers.retain(|_, members| !members.is_empty());
+        changed
+    }
+
+    /// Drops every client of a closed connection.
+    pub fn connection_closed(&self, connection: ConnectionId) -> ChangedGroups {
+        self.remove_where(|member_connection, _| member_connection == connection)
+    }
+
+    /// Drops clients silent for longer than CLIENT_EXPIRY_MS.
+    pub fn expire(&self, now_ms: i64) -> ChangedGroups {
+        self.remove_where(|_, last_seen_ms| now_ms - last_seen_ms > CLIENT_EXPIRY_MS)
+    }
+
+    fn remove_where(&self, gone: impl Fn(ConnectionId, i64) -> bool) -> ChangedGroups {
+        let mut tables = self.lock();
+        for members in tables.producers.values_mut() {
+            members.retain(|_, (connection, last_seen)| !gone(*connection, *last_seen));
+        }
+        tables.producers.retain(|_, members| !members.is_empty());
+        let mut changed = Vec::new();
+        for (group, members) in tables.consumers.iter_mut() {
+            let before = members.len();
+            members.retain(|_, member| !gone(member.connection.id, member.last_seen_ms));
+            if members.len() != before {
+                changed.push(group.clone());
+            }
+        }
+        tables.consumers.retain(|_, members| !members.is_empty());
+        changed
+    }
+
+    /// Client ids of a consumer group, sorted, so every member computes the same allocation.
+    pub fn consumer_ids(&self, group: &str) -> Vec<String> {
+        self.lock()
+            .consumers
+            .get(group)
+            .map(|members| members.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn consumer_connections(&self, group: &str) -> Vec<Connection> {
+        let tables = self.lock();
+        let Some(members) = tables.consumers.get(group) else {
+            return Vec::new();
+        };
+        members
+            .values()
+            .map(|member| member.connection.clone())
+            .collect()
+    }
+
+    /// The tag filter of `group` on `topic`, from the newest heartbeat that subscribed to it.
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<TagFilter> {
+        let tables = self.lock();
+        let members = tables.consumers.get(group)?;
+        members
+            .values()
+            .filter_map(|member| {
+                member
+                    .data
+                    .subscription_data_set
+                    .iter()
+                    .find(|s| s.topic == topic)
+            })
+            .max_by_key(|subscription| subscription.sub_version)
+            .map(|subscription| TagFilter::parse(&subscription.sub_string))
+    }
+
+    /// Consumer groups subscribed to `topic`.
+    pub fn groups_subscribed_to(&self, topic: &str) -> Vec<String> {
+        let tables = self.lock();
+        tables
+            .consumers
+            .iter()
+            .filter(|(_, members)| {
+                members.values().any(|m| {
+                    m.data
+                        .subscription_data_set
+                        .iter()
+                        .any(|s| s.topic == topic)
+                })
+            })
+            .map(|(group, _)| group.clone())
+            .collect()
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        let tables = self.lock();
+        let producers = tables.producers.values().map(BTreeMap::len).sum();
+        let consumers = tables.consumers.values().map(BTreeMap::len).sum();
+        (producers, consumers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_wire::body::SubscriptionData;
+
+    fn consumer(group: &str, topic: &str, expression: &str, version: i64) -> ConsumerData {
+        ConsumerData {
+            group_name: group.into(),
+            subscription_data_set: vec![SubscriptionData {
+                topic: topic.into(),
+                sub_string: expression.into(),
+                sub_version: version,
+                ..SubscriptionData::default()
+            }],
+            ..ConsumerData::default()
+        }
+    }
+
+    fn heartbeat(client: &str, consumers: Vec<ConsumerData>) -> HeartbeatData {
+        HeartbeatData {
+            client_id: client.into(),
+            consumer_data_set: consumers,
+            ..HeartbeatData::default()
+        }
+    }
+
+    #[test]
+    fn tag_filters_match_by_java_hash() {
+        let filter = TagFilter::parse("TagA || TagB");
+        assert!(filter.accepts(tags_code("TagA")));
+        assert!(filter.accepts(tags_code("TagB")));
+        assert!(!filter.accepts(tags_code("TagC")));
+        assert!(TagFilter::parse(" * ").accepts(12345));
+    }
+
+    #[test]
+    fn membership_changes_are_reported_once_and_on_close() {
+        let table = ClientTable::default();
+        let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
+        let (b, _rb) = Connection::new(2, "127.0.0.1:2".parse().unwrap());
+        assert_eq!(
+            table.heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0),
+            vec!["g"]
+        );
+        assert!(table
+            .heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 5)
+            .is_empty());
+        assert_eq!(
+            table.heartbeat(&b, heartbeat("c2", vec![consumer("g", "T", "TagA", 2)]), 5),
+            vec!["g"]
+        );
+        assert_eq!(
+            table.consumer_ids("g"),
+            vec!["c1".to_string(), "c2".to_string()]
+        );
+        assert_eq!(table.subscription("g", "T"), Some(TagFilter::parse("TagA")));
+        assert_eq!(table.connection_closed(1), vec!["g"]);
+        assert_eq!(table.consumer_ids("g"), vec!["c2".to_string()]);
+        assert_eq!(table.expire(5 + CLIENT_EXPIRY_MS + 1), vec!["g"]);
+        assert!(table.consumer_ids("g").is_empty());
+    }
+}

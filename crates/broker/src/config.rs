@@ -1,0 +1,370 @@
+//! Broker configuration: RocketMQ's `broker.conf` properties format (`key=value`, `#` comments),
+//! so an operator's existing file starts as it is. Unknown keys are collected for one warning;
+//! a bad value is an error naming the key, the line and what is allowed.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use quiver_store::{FlushMode, StoreConfig};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerRole {
+    AsyncMaster,
+    SyncMaster,
+    Slave,
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub cluster_name: String,
+    pub broker_name: String,
+    pub broker_id: i64,
+    pub namesrv_addrs: Vec<String>,
+    /// The address put in routes and message ids; clients must be able to reach it.
+    pub broker_ip: IpAddr,
+    /// Where the listener binds; defaults to `broker_ip`, so nothing listens beyond it by accident.
+    pub bind_ip: Option<IpAddr>,
+    pub listen_port: u16,
+    pub default_topic_queue_nums: i32,
+    pub auto_create_topic: bool,
+    pub auto_create_subscription_group: bool,
+    pub broker_permission: i32,
+    pub max_message_bytes: usize,
+    pub role: BrokerRole,
+    pub flush: FlushMode,
+    pub store_root: PathBuf,
+    pub store_commitlog: Option<PathBuf>,
+    pub store_consume_queue: Option<PathBuf>,
+    pub store_index: Option<PathBuf>,
+    pub store_checkpoint: Option<PathBuf>,
+    pub store_abort: Option<PathBuf>,
+    pub commitlog_segment_bytes: u64,
+    pub consume_queue_entries_per_file: u64,
+    pub index_slots: u32,
+    pub index_entries_max: u32,
+    pub register_period_ms: u64,
+    /// Read and kept for the retention work: when old segments may be deleted.
+    pub delete_when: String,
+    pub file_reserved_hours: u64,
+    pub disk_max_used_ratio_percent: u32,
+    pub connections_max: usize,
+    pub requests_in_flight_per_connection_max: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            cluster_name: "DefaultCluster".into(),
+            broker_name: "broker-a".into(),
+            broker_id: 0,
+            namesrv_addrs: Vec::new(),
+            broker_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bind_ip: None,
+            listen_port: 10911,
+            default_topic_queue_nums: 8,
+            auto_create_topic: true,
+            auto_create_subscription_group: true,
+            broker_permission: 6,
+            max_message_bytes: 4 * 1024 * 1024,
+            role: BrokerRole::AsyncMaster,
+            flush: FlushMode::Async {
+                interval_ms: 500,
+                least_pages: 4,
+            },
+            store_root: PathBuf::from("store"),
+            store_commitlog: None,
+            store_consume_queue: None,
+            store_index: None,
+            store_checkpoint: None,
+            store_abort: None,
+            commitlog_segment_bytes: 1024 * 1024 * 1024,
+            consume_queue_entries_per_file: 300_000,
+            index_slots: 5_000_000,
+            index_entries_max: 20_000_000,
+            register_period_ms: 30_000,
+            delete_when: "04".into(),
+            file_reserved_hours: 72,
+            disk_max_used_ratio_percent: 75,
+            connections_max: 10_000,
+            requests_in_flight_per_connection_max: 4_096,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("line {line}: {key}={value:?} is not valid: {allowed}")]
+pub struct ConfigError {
+    pub line: usize,
+    pub key: String,
+    pub value: String,
+    pub allowed: String,
+}
+
+/// A key the broker does not act on, with the line it was on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownKey {
+    pub line: usize,
+    pub key: String,
+}
+
+impl BrokerConfig {
+    pub fn bind_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.bind_ip.unwrap_or(self.broker_ip), self.listen_port)
+    }
+
+    /// The store configuration this broker config implies.
+    pub fn store_config(&self) -> StoreConfig {
+        let mut store = StoreConfig::under(&self.store_root);
+        let or = |path: &Option<PathBuf>, default: PathBuf| path.clone().unwrap_or(default);
+        store.commitlog_dir = or(&self.store_commitlog, store.commitlog_dir);
+        store.consume_queue_dir = or(&self.store_consume_queue, store.consume_queue_dir);
+        store.index_dir = or(&self.store_index, store.index_dir);
+        store.checkpoint_path = or(&self.store_checkpoint, store.checkpoint_path);
+        store.abort_path = or(&self.store_abort, store.abort_path);
+        store.segment_bytes = self.commitlog_segment_bytes;
+        store.consume_queue_entries_per_file = self.consume_queue_entries_per_file;
+        store.flush = self.flush;
+        store.index_slots = self.index_slots;
+        store.index_entries_max = self.index_entries_max;
+        // The whole record carries the body plus headers, topic and properties (≤ 32 KiB).
+        store.record_bytes_max = (self.max_message_bytes + 64 * 1024).min(u32::MAX as usize) as u32;
+        store
+    }
+
+    /// Applies a properties file on top of `self`. Returns the keys it did not act on.
+    pub fn apply_properties(&mut self, text: &str) -> Result<Vec<UnknownKey>, ConfigError> {
+        let mut unknown = Vec::new();
+        let mut flush_interval_ms = match self.flush {
+            FlushMode::Async { interval_ms, .. } => interval_ms,
+            FlushMode::Sync { .. } => 500,
+        };
+        let mut least_pages = match self.flush {
+            FlushMode::Async { least_pages, .. } => least_pages,
+            FlushMode::Sync { .. } => 4,
+        };
+        let mut sync_timeout_ms = match self.flush {
+            FlushMode::Sync { timeout_ms } => timeout_ms,
+            FlushMode::Async { .. } => 5_000,
+        };
+        let mut sync_flush = matches!(self.flush, FlushMode::Sync { .. });
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
+                continue;
+            }
+            let Some((key, value)) = trimmed.split_once(['=', ':']) else {
+                return Err(ConfigError {
+                    line,
+                    key: trimmed.to_string(),
+                    value: String::new(),
+                    allowed: "a line of the form key=value".into(),
+                });
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let field = Field { line, key, value };
+            match key {
+                "brokerClusterName" => self.cluster_name = field.name()?,
+                "brokerName" => self.broker_name = field.name()?,
+                "brokerId" => self.broker_id = field.number(0, 1_000_000)?,
+                "namesrvAddr" => {
+                    self.namesrv_addrs = value
+                        .split(';')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                }
+                "brokerIP1" => self.broker_ip = field.ip()?,
+                "bindAddress" => self.bind_ip = Some(field.ip()?),
+                "listenPort" => self.listen_port = field.number(0, 65_535)?,
+                "defaultTopicQueueNums" => self.default_topic_queue_nums = field.number(1, 1024)?,
+                "autoCreateTopicEnable" => self.auto_create_topic = field.boolean()?,
+                "autoCreateSubscriptionGroup" => {
+                    self.auto_create_subscription_group = field.boolean()?
+                }
+                "brokerPermission" => self.broker_permission = field.number(0, 15)?,
+                "maxMessageSize" => self.max_message_bytes = field.number(1, 1024 * 1024 * 1024)?,
+                "brokerRole" => {
+                    self.role = match value {
+                        "ASYNC_MASTER" => BrokerRole::AsyncMaster,
+                        "SYNC_MASTER" => BrokerRole::SyncMaster,
+                        "SLAVE" => BrokerRole::Slave,
+                        _ => return Err(field.invalid("one of ASYNC_MASTER, SYNC_MASTER, SLAVE")),
+                    }
+                }
+                "flushDiskType" => {
+                    sync_flush = match value {
+                        "ASYNC_FLUSH" => false,
+                        "SYNC_FLUSH" => true,
+                        _ => return Err(field.invalid("one of ASYNC_FLUSH, SYNC_FLUSH")),
+                    }
+                }
+                "flushIntervalCommitLog" => flush_interval_ms = field.number(1, 3_600_000)?,
+                "flushCommitLogLeastPages" => least_pages = field.number(0, 1_000_000)?,
+                "syncFlushTimeout" => sync_timeout_ms = field.number(1, 3_600_000)?,
+                "storePathRootDir" => self.store_root = field.path()?,
+                "storePathCommitLog" => self.store_commitlog = Some(field.path()?),
+                "storePathConsumeQueue" => self.store_consume_queue = Some(field.path()?),
+                "storePathIndex" => self.store_index = Some(field.path()?),
+                "storeCheckpoint" => self.store_checkpoint = Some(field.path()?),
+                "abortFile" => self.store_abort = Some(field.path()?),
+                "mapedFileSizeCommitLog" | "mappedFileSizeCommitLog" => {
+                    self.commitlog_segment_bytes = field.number(4096, 64 * 1024 * 1024 * 1024)?
+                }
+                "mapedFileSizeConsumeQueue" | "mappedFileSizeConsumeQueue" => {
+                    // A byte size in RocketMQ, rounded up to whole 20-byte entries.
+                    let bytes: u64 = field.number(20, 1024 * 1024 * 1024)?;
+                    self.consume_queue_entries_per_file = bytes.div_ceil(20);
+                }
+                "maxHashSlotNum" => self.index_slots = field.number(1, 100_000_000)?,
+                "maxIndexNum" => self.index_entries_max = field.number(1, 400_000_000)?,
+                "registerNameServerPeriod" => {
+                    self.register_period_ms = field.number(1_000, 60_000)?
+                }
+                "deleteWhen" => self.delete_when = field.delete_when()?,
+                "fileReservedTime" => self.file_reserved_hours = field.number(0, 1_000_000)?,
+                "diskMaxUsedSpaceRatio" => {
+                    self.disk_max_used_ratio_percent = field.number(10, 95)?
+                }
+                _ => unknown.push(UnknownKey {
+                    line,
+                    key: key.to_string(),
+                }),
+            }
+        }
+        self.flush = if sync_flush {
+            FlushMode::Sync {
+                timeout_ms: sync_timeout_ms,
+            }
+        } else {
+            FlushMode::Async {
+                interval_ms: flush_interval_ms,
+                least_pages,
+            }
+        };
+        Ok(unknown)
+    }
+}
+
+struct Field<'a> {
+    line: usize,
+    key: &'a str,
+    value: &'a str,
+}
+
+impl Field<'_> {
+    fn invalid(&self, allowed: &str) -> ConfigError {
+        ConfigError {
+            line: self.line,
+            key: self.key.to_string(),
+            value: self.value.to_string(),
+            allowed: allowed.to_string(),
+        }
+    }
+
+    fn number<T>(&self, min: T, max: T) -> Result<T, ConfigError>
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    {
+        match self.value.parse::<T>() {
+            Ok(parsed) if parsed >= min && parsed <= max => Ok(parsed),
+            _ => Err(self.invalid(&format!("a whole number from {min} to {max}"))),
+        }
+    }
+
+    fn boolean(&self) -> Result<bool, ConfigError> {
+        match self.value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(self.invalid("true or false")),
+        }
+    }
+
+    fn ip(&self) -> Result<IpAddr, ConfigError> {
+        self.value
+            .parse()
+            .map_err(|_| self.invalid("an IPv4 or IPv6 address"))
+    }
+
+    fn path(&self) -> Result<PathBuf, ConfigError> {
+        if self.value.is_empty() {
+            return Err(self.invalid("a non-empty path"));
+        }
+        Ok(PathBuf::from(self.value))
+    }
+
+    fn name(&self) -> Result<String, ConfigError> {
+        let ok = !self.value.is_empty()
+            && self.value.len() <= 127
+            && self
+                .value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '%' || c == '|');
+        if ok {
+            Ok(self.value.to_string())
+        } else {
+            Err(self.invalid("1 to 127 characters of [A-Za-z0-9_-%|]"))
+        }
+    }
+
+    fn delete_when(&self) -> Result<String, ConfigError> {
+        let hours: Result<Vec<u32>, _> = self
+            .value
+            .split(';')
+            .map(|h| h.trim().parse::<u32>())
+            .collect();
+        match hours {
+            Ok(hours) if !hours.is_empty() && hours.iter().all(|h| *h < 24) => {
+                Ok(self.value.to_string())
+            }
+            _ => Err(self.invalid("hours of the day 00 to 23, separated by ';'")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_set_known_keys_and_collect_unknown_ones() {
+        let mut config = BrokerConfig::default();
+        let text = "# comment\nbrokerName=broker-b\nlistenPort = 10921\nflushDiskType=SYNC_FLUSH\n\
+                    sendMessageThreadPoolNums=128\nmapedFileSizeConsumeQueue=300000\nnamesrvAddr=a:1;b:2\n";
+        let unknown = config.apply_properties(text).expect("valid");
+        assert_eq!(config.broker_name, "broker-b");
+        assert_eq!(config.listen_port, 10921);
+        assert_eq!(config.flush, FlushMode::Sync { timeout_ms: 5_000 });
+        assert_eq!(config.consume_queue_entries_per_file, 15_000);
+        assert_eq!(
+            config.namesrv_addrs,
+            vec!["a:1".to_string(), "b:2".to_string()]
+        );
+        assert_eq!(
+            unknown,
+            vec![UnknownKey {
+                line: 5,
+                key: "sendMessageThreadPoolNums".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_line_and_what_is_allowed() {
+        let mut config = BrokerConfig::default();
+        let error = config
+            .apply_properties("brokerId=0\nflushDiskType=SOMETIMES\n")
+            .unwrap_err();
+        assert_eq!(error.line, 2);
+        assert_eq!(error.key, "flushDiskType");
+        assert!(
+            error.to_string().contains("ASYNC_FLUSH, SYNC_FLUSH"),
+            "{error}"
+        );
+        let error = config.apply_properties("listenPort=99999").unwrap_err();
+        assert!(error.to_string().contains("0 to 65535"), "{error}");
+        let error = config.apply_properties("just words").unwrap_err();
+        assert!(error.to_string().contains("key=value"), "{error}");
+    }
+}

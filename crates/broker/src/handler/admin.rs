@@ -1,0 +1,121 @@
+//! Admin requests: UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, QUERY_TOPIC_CONSUME_BY_WHO.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use quiver_wire::body::{self, GroupList, KvTable, TopicConfig};
+use quiver_wire::code::response_code;
+use quiver_wire::header::{ext_or_err, CreateTopicRequestHeader, QueryTopicConsumeByWhoHeader};
+use quiver_wire::Command;
+
+use super::{Handled, Refusal};
+use crate::broker::{now_ms, Broker};
+use crate::connection::Connection;
+use crate::topic::validate_topic_name;
+
+/// Queue counts above this are almost surely a typo; Java has no limit, but every queue costs a
+/// ConsumeQueue directory and a pull loop per consumer.
+const TOPIC_QUEUES_MAX: i32 = 1024;
+
+pub fn create_topic(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let header = CreateTopicRequestHeader::from_ext(ext_or_err(request)?)?;
+    validate_topic_name(&header.topic)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    for (name, value) in [
+        ("readQueueNums", header.read_queue_nums),
+        ("writeQueueNums", header.write_queue_nums),
+    ] {
+        if !(1..=TOPIC_QUEUES_MAX).contains(&value) {
+            let remark = format!("{name} {value} is out of range 1..={TOPIC_QUEUES_MAX}");
+            return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+        }
+    }
+    let config = TopicConfig {
+        topic_name: header.topic.clone(),
+        read_queue_nums: header.read_queue_nums,
+        write_queue_nums: header.write_queue_nums,
+        perm: header.perm,
+        topic_filter_type: header.topic_filter_type,
+        topic_sys_flag: header.topic_sys_flag,
+        order: header.order,
+        attributes: BTreeMap::new(),
+    };
+    let changed = broker
+        .topics
+        .upsert(config)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    if changed {
+        tracing::info!(topic = %header.topic, queues = header.write_queue_nums, "topic created or updated");
+        broker.topics_changed();
+    }
+    Ok(request.response_to(response_code::SUCCESS))
+}
+
+/// The figures `mqadmin clusterList` and `brokerStatus` print.
+pub fn runtime_info(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let stats = broker.store.stats();
+    let put_total = broker.counters.messages_put.load(Ordering::Relaxed);
+    let got_total = broker.counters.messages_got.load(Ordering::Relaxed);
+    let (put_tps, got_tps) = broker.counters.tps();
+    let uptime_s = (now_ms() - broker.started_ms).max(0) / 1000;
+    let (producers, consumers) = broker.clients.counts();
+    let mut table = BTreeMap::new();
+    let mut put = |key: &str, value: String| {
+        table.insert(key.to_string(), value);
+    };
+    put(
+        "brokerVersionDesc",
+        format!("quiver {}", env!("CARGO_PKG_VERSION")),
+    );
+    put("brokerVersion", quiver_wire::SERVER_VERSION.to_string());
+    put("brokerActive", "true".into());
+    put("putTps", format!("{put_tps:.2} {put_tps:.2} {put_tps:.2}"));
+    put(
+        "getTransferredTps",
+        format!("{got_tps:.2} {got_tps:.2} {got_tps:.2}"),
+    );
+    put("msgPutTotalTodayNow", put_total.to_string());
+    put("msgGetTotalTodayNow", got_total.to_string());
+    // Daily counters reset at midnight in Java; we count since start and report that.
+    put("msgPutTotalTodayMorning", "0".into());
+    put("msgGetTotalTodayMorning", "0".into());
+    put("msgPutTotalYesterdayMorning", "0".into());
+    put("msgGetTotalYesterdayMorning", "0".into());
+    put("commitLogMinOffset", stats.min_position.to_string());
+    put("commitLogMaxOffset", stats.written_position.to_string());
+    put("flushedPosition", stats.flushed_position.to_string());
+    put("sendThreadPoolQueueSize", "0".into());
+    put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());
+    put("pullThreadPoolQueueSize", "0".into());
+    put("pullThreadPoolQueueHeadWaitTimeMills", "0".into());
+    put("pageCacheLockTimeMills", "0".into());
+    put("parkedPulls", broker.waiters.parked().to_string());
+    put("producerClients", producers.to_string());
+    put("consumerClients", consumers.to_string());
+    put("bootTimestamp", broker.started_ms.to_string());
+    put(
+        "runtime",
+        format!(
+            "[ {} days, {} hours, {} minutes, {} seconds ]",
+            uptime_s / 86_400,
+            uptime_s / 3_600 % 24,
+            uptime_s / 60 % 60,
+            uptime_s % 60
+        ),
+    );
+    let body = body::to_json(&KvTable { table });
+    Ok(request.response_to(response_code::SUCCESS).with_body(body))
+}
+
+pub fn topic_consumed_by(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let header = QueryTopicConsumeByWhoHeader::from_ext(ext_or_err(request)?)?;
+    let mut group_list: std::collections::BTreeSet<String> = broker
+        .offsets
+        .groups_of_topic(&header.topic)
+        .into_iter()
+        .collect();
+    group_list.extend(broker.clients.groups_subscribed_to(&header.topic));
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_body(body::to_json(&GroupList { group_list })))
+}

@@ -1,0 +1,77 @@
+//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP.
+
+use quiver_wire::body::{self, ConsumerIdList, HeartbeatData};
+use quiver_wire::code::response_code;
+use quiver_wire::header::{
+    ext_or_err, GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
+};
+use quiver_wire::{Command, ExtFields};
+
+use super::{Handled, Refusal};
+use crate::broker::{now_ms, Broker};
+use crate::connection::Connection;
+use crate::topic::{topic_config, RETRY_PREFIX};
+
+/// Registers the client's groups and subscriptions, creates each clustering consumer group's
+/// retry topic (the consumer looks up its route next), and tells a group's members when its
+/// membership changed.
+pub fn heartbeat(broker: &Broker, request: &Command, connection: &Connection) -> Handled {
+    let data: HeartbeatData = body::from_json(&request.body).map_err(|e| {
+        Refusal::new(
+            response_code::SYSTEM_ERROR,
+            format!("bad heartbeat body: {e}"),
+        )
+    })?;
+    let mut topics_created = false;
+    for consumer in &data.consumer_data_set {
+        if consumer.message_model == "BROADCASTING" {
+            continue;
+        }
+        let retry_topic = format!("{RETRY_PREFIX}{}", consumer.group_name);
+        match broker
+            .topics
+            .create_if_absent(topic_config(&retry_topic, 1, 6))
+        {
+            Ok(created) => topics_created |= created,
+            Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+        }
+    }
+    if topics_created {
+        broker.topics_changed();
+    }
+    for group in broker.clients.heartbeat(connection, data, now_ms()) {
+        broker.notify_consumers_changed(&group);
+    }
+    let ext = ExtFields::new()
+        .with("IS_SUPPORT_HEART_BEAT_V2", false)
+        .with("IS_SUB_CHANGE", true);
+    Ok(request.response_to(response_code::SUCCESS).with_ext(ext))
+}
+
+pub fn unregister(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let header = UnregisterClientRequestHeader::from_ext(ext_or_err(request)?)?;
+    let changed = broker.clients.unregister(
+        &header.client_id,
+        header.producer_group.as_deref(),
+        header.consumer_group.as_deref(),
+    );
+    for group in changed {
+        broker.notify_consumers_changed(&group);
+    }
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new()))
+}
+
+pub fn consumer_list(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let header = GetConsumerListByGroupRequestHeader::from_ext(ext_or_err(request)?)?;
+    let ids = broker.clients.consumer_ids(&header.consumer_group);
+    if ids.is_empty() {
+        let remark = format!("no consumer for this group, {}", header.consumer_group);
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    }
+    let body = body::to_json(&ConsumerIdList {
+        consumer_id_list: ids,
+    });
+    Ok(request.response_to(response_code::SUCCESS).with_body(body))
+}

@@ -1,0 +1,90 @@
+//! Request handlers, one file per family, found through one table. A handler is a function of
+//! the request and the broker that returns the response; send and pull answer later (after the
+//! store or a long poll), so they take the responder instead.
+
+use std::sync::Arc;
+
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::HeaderError;
+use quiver_wire::Command;
+
+use crate::broker::Broker;
+use crate::connection::{Connection, Responder};
+
+mod admin;
+mod client;
+mod offset;
+mod pull;
+mod query;
+mod send;
+
+/// Why a request was refused: a response code and the remark that explains it.
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: i32,
+    pub remark: String,
+}
+
+impl Refusal {
+    pub fn new(code: i32, remark: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            remark: remark.into(),
+        }
+    }
+
+    pub fn into_response(self, request: &Command) -> Command {
+        request.response_to(self.code).with_remark(self.remark)
+    }
+}
+
+impl From<HeaderError> for Refusal {
+    fn from(error: HeaderError) -> Refusal {
+        Refusal::new(response_code::SYSTEM_ERROR, error.to_string())
+    }
+}
+
+pub type Handled = Result<Command, Refusal>;
+type Handler = fn(&Broker, &Command, &Connection) -> Handled;
+
+fn handler_for(code: i32) -> Option<Handler> {
+    use request_code::*;
+    Some(match code {
+        HEART_BEAT => client::heartbeat,
+        UNREGISTER_CLIENT => client::unregister,
+        GET_CONSUMER_LIST_BY_GROUP => client::consumer_list,
+        QUERY_CONSUMER_OFFSET => offset::query_consumer_offset,
+        UPDATE_CONSUMER_OFFSET => offset::update_consumer_offset,
+        GET_MAX_OFFSET => offset::max_offset,
+        GET_MIN_OFFSET => offset::min_offset,
+        SEARCH_OFFSET_BY_TIMESTAMP => offset::search_offset_by_timestamp,
+        GET_EARLIEST_MSG_STORETIME => offset::earliest_store_time,
+        UPDATE_AND_CREATE_TOPIC => admin::create_topic,
+        GET_BROKER_RUNTIME_INFO => admin::runtime_info,
+        QUERY_TOPIC_CONSUME_BY_WHO => admin::topic_consumed_by,
+        QUERY_MESSAGE => query::by_key,
+        VIEW_MESSAGE_BY_ID => query::by_position,
+        _ => return None,
+    })
+}
+
+pub fn dispatch(broker: &Arc<Broker>, request: Command, responder: Responder) {
+    match request.code {
+        request_code::SEND_MESSAGE
+        | request_code::SEND_MESSAGE_V2
+        | request_code::SEND_BATCH_MESSAGE => send::handle(broker, request, responder),
+        request_code::PULL_MESSAGE | request_code::LITE_PULL_MESSAGE => {
+            pull::handle(broker, request, responder)
+        }
+        code => {
+            let response = match handler_for(code) {
+                Some(handler) => handler(broker, &request, responder.connection())
+                    .unwrap_or_else(|refusal| refusal.into_response(&request)),
+                None => request
+                    .response_to(response_code::REQUEST_CODE_NOT_SUPPORTED)
+                    .with_remark(format!("request type {code} not supported")),
+            };
+            responder.reply(response);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): read a queue from an offset; when nothing is
+//! there and the SUSPEND bit is set, park until a message lands or the suspend time runs out.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_store::ReadStatus;
+use quiver_wire::code::response_code;
+use quiver_wire::header::{
+    ext_or_err, pull_sys_flag, PullMessageRequestHeader, PullMessageResponseHeader,
+};
+use quiver_wire::Command;
+
+use super::Refusal;
+use crate::broker::Broker;
+use crate::clients::TagFilter;
+use crate::connection::Responder;
+use crate::topic::PERM_READ;
+
+/// Messages per pull at most, whatever the client asks: Java's own cap for reads from memory.
+const PULL_MESSAGES_MAX: i32 = 256;
+/// Bytes per pull at most: far below the 16 MiB frame limit Java clients enforce.
+const PULL_BYTES_MAX: i32 = 4 * 1024 * 1024;
+/// Clients time a pull out after 30 s; a longer hold would only turn into their timeout.
+const SUSPEND_MS_MAX: i64 = 25_000;
+
+enum Outcome {
+    Answer(Command),
+    Wait,
+}
+
+pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
+    let header = match ext_or_err(&request).and_then(PullMessageRequestHeader::from_ext) {
+        Ok(header) => header,
+        Err(error) => return responder.reply(Refusal::from(error).into_response(&request)),
+    };
+    if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
+        broker.offsets.commit(
+            &header.topic,
+            &header.consumer_group,
+            header.queue_id,
+            header.commit_offset,
+        );
+    }
+    match pull_once(broker, &request, &header, true) {
+        Ok(Outcome::Answer(response)) => responder.reply(response),
+        Ok(Outcome::Wait) => park(broker, request, header, responder),
+        Err(refusal) => responder.reply(refusal.into_response(&request)),
+    }
+}
+
+fn park(
+    broker: &Arc<Broker>,
+    request: Command,
+    header: PullMessageRequestHeader,
+    responder: Responder,
+) {
+    let offset = header.queue_offset.max(0) as u64;
+    let queue_id = header.queue_id as u32;
+    let wake = broker.waiters.park(&header.topic, queue_id, offset);
+    let broker = broker.clone();
+    let hold = Duration::from_millis(header.suspend_timeout_millis.clamp(0, SUSPEND_MS_MAX) as u64);
+    tokio::spawn(async move {
+        // A message that landed between the first read and parking would not wake us: look once
+        // more before sleeping.
+        let already_there = broker.store.bounds(&header.topic, queue_id).max_offset > offset;
+        if let (Some(wake), false) = (wake, already_there) {
+            let _ = tokio::time::timeout(hold, wake).await;
+        }
+        let response = match pull_once(&broker, &request, &header, false) {
+            Ok(Outcome::Answer(response)) => response,
+            Ok(Outcome::Wait) => unreachable!("a second pass never parks"),
+            Err(refusal) => refusal.into_response(&request),
+        };
+        responder.reply(response);
+    });
+}
+
+fn pull_once(
+    broker: &Broker,
+    request: &Command,
+    header: &PullMessageRequestHeader,
+    may_suspend: bool,
+) -> Result<Outcome, Refusal> {
+    let Some(shape) = broker.topics.shape(&header.topic) else {
+        let remark = format!("topic[{}] not exist, apply first please!", header.topic);
+        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
+    };
+    if shape.perm & PERM_READ == 0 || broker.config.broker_permission & PERM_READ == 0 {
+        let remark = format!("the topic[{}] pulling message is forbidden", header.topic);
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    if header.queue_id < 0 || header.queue_id >= shape.read_queues {
+        let remark = format!(
+            "queueId[{}] is illegal, topic {} has {} read queues",
+            header.queue_id, header.topic, shape.read_queues
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    let filter = filter_for(broker, header)?;
+    let max_messages = header.max_msg_nums.clamp(1, PULL_MESSAGES_MAX) as u32;
+    let max_bytes = header
+        .max_msg_bytes
+        .unwrap_or(PULL_BYTES_MAX)
+        .clamp(1, PULL_BYTES_MAX) as u32;
+    let offset = header.queue_offset.max(0) as u64;
+    let read = broker
+        .store
+        .read(
+            &header.topic,
+            header.queue_id as u32,
+            offset,
+            max_messages,
+            max_bytes,
+            &|code| filter.accepts(code),
+        )
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    let code = match read.status {
+        ReadStatus::Found => response_code::SUCCESS,
+        ReadStatus::NoNewMessage | ReadStatus::NoMessageInQueue | ReadStatus::OffsetOverflowOne => {
+            if may_suspend
+                && header.sys_flag & pull_sys_flag::SUSPEND != 0
+                && header.suspend_timeout_millis > 0
+            {
+                return Ok(Outcome::Wait);
+            }
+            response_code::PULL_NOT_FOUND
+        }
+        ReadStatus::NoMatchedMessage => response_code::PULL_RETRY_IMMEDIATELY,
+        ReadStatus::OffsetTooSmall | ReadStatus::OffsetOverflowBadly => {
+            response_code::PULL_OFFSET_MOVED
+        }
+    };
+    broker
+        .counters
+        .messages_got
+        .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
+    let response_header = PullMessageResponseHeader {
+        suggest_which_broker_id: 0,
+        next_begin_offset: read.next_offset as i64,
+        min_offset: read.min_offset as i64,
+        max_offset: read.max_offset as i64,
+    };
+    let mut response = request.response_to(code).with_ext(response_header.to_ext());
+    if code == response_code::SUCCESS {
+        response = response.with_body(read.bytes);
+    }
+    Ok(Outcome::Answer(response))
+}
+
+/// The subscription to filter by: from the request when it carries one (lite pull), else from
+/// the group's last heartbeat (push consumers), as Java brokers do.
+fn filter_for(broker: &Broker, header: &PullMessageRequestHeader) -> Result<TagFilter, Refusal> {
+    if header.sys_flag & pull_sys_flag::SUBSCRIPTION != 0 {
+        if header
+            .expression_type
+            .as_deref()
+            .is_some_and(|t| !t.eq_ignore_ascii_case("TAG"))
+        {
+            return Err(Refusal::new(
+                response_code::SUBSCRIPTION_PARSE_FAILED,
+                "only TAG subscriptions are supported; SQL92 filtering is not",
+            ));
+        }
+        return Ok(TagFilter::parse(
+            header.subscription.as_deref().unwrap_or("*"),
+        ));
+    }
+    broker.clients.subscription(&header.consumer_group, &header.topic).ok_or_else(|| {
+        let remark = format!(
+            "the consumer's subscription of group {} to topic {} does not exist; send a heartbeat first",
+            header.consumer_group, header.topic
+        );
+        Refusal::new(response_code::SUBSCRIPTION_NOT_EXIST, remark)
+    })
+}

@@ -1,0 +1,333 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): check the request,
+//! build stored records, hand them to the store, answer when the store completes them (at once
+//! with async flush, after the covering fsync with sync flush).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use quiver_store::{AppendError, AppendOutcome, AppendRequest, FlushStatus, Record};
+use quiver_wire::batch::decode_batch;
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHeader};
+use quiver_wire::message::{find_property, offset_msg_id, property, tags_code, StoredMessage};
+use quiver_wire::Command;
+
+use super::Refusal;
+use crate::broker::{now_ms, Broker};
+use crate::connection::{Connection, Responder};
+use crate::topic::{
+    topic_config, validate_topic_name, TopicShape, PERM_INHERIT, PERM_WRITE, RETRY_PREFIX,
+};
+
+/// Properties are stored with a signed 16-bit length.
+const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
+
+pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
+    let prepared = match prepare(broker, &request, responder.connection()) {
+        Ok(prepared) => prepared,
+        Err(refusal) => return responder.reply(refusal.into_response(&request)),
+    };
+    let broker_for_reply = broker.clone();
+    let Prepared {
+        records,
+        queue_id,
+        first_uniq_key,
+    } = prepared;
+    broker.store.append(
+        AppendRequest { records },
+        Box::new(move |result| {
+            let response = respond(
+                &broker_for_reply,
+                &request,
+                result,
+                queue_id,
+                first_uniq_key,
+            );
+            responder.reply(response);
+        }),
+    );
+}
+
+struct Prepared {
+    records: Vec<Record>,
+    queue_id: i32,
+    first_uniq_key: Option<String>,
+}
+
+fn prepare(
+    broker: &Broker,
+    request: &Command,
+    connection: &Connection,
+) -> Result<Prepared, Refusal> {
+    let ext = ext_or_err(request)?;
+    let header = if request.code == request_code::SEND_MESSAGE {
+        SendMessageHeader::from_v1(ext)?
+    } else {
+        SendMessageHeader::from_v2(ext)?
+    };
+    let batch = request.code == request_code::SEND_BATCH_MESSAGE || header.batch;
+    if broker.config.broker_permission & PERM_WRITE == 0 {
+        let remark = format!(
+            "the broker[{}] sending message is forbidden",
+            broker.config.broker_name
+        );
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    validate_topic_name(&header.topic)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    if request.body.len() > broker.config.max_message_bytes {
+        let remark = format!(
+            "the message body size {} bytes is over the limit of {} bytes (maxMessageSize)",
+            request.body.len(),
+            broker.config.max_message_bytes
+        );
+        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+    }
+    let shape = topic_shape(broker, &header)?;
+    if shape.perm & PERM_WRITE == 0 {
+        let remark = format!("the topic[{}] sending message is forbidden", header.topic);
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    let queue_id = if header.queue_id < 0 {
+        broker.pick_queue(shape.write_queues)
+    } else {
+        header.queue_id
+    };
+    if queue_id >= shape.write_queues.max(shape.read_queues) {
+        let remark = format!(
+            "request queueId[{queue_id}] is illegal, topic {} has {} queues",
+            header.topic, shape.write_queues
+        );
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    }
+    let builder = RecordBuilder {
+        broker,
+        header: &header,
+        queue_id,
+        born_host: connection.peer,
+        now_ms: now_ms(),
+    };
+    let mut records = Vec::new();
+    let mut first_uniq_key = None;
+    if batch {
+        if header.topic.starts_with(RETRY_PREFIX) {
+            return Err(Refusal::new(
+                response_code::MESSAGE_ILLEGAL,
+                "batch messages cannot be sent to a retry topic",
+            ));
+        }
+        let entries = decode_batch(&request.body).map_err(|e| {
+            Refusal::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!("bad batch body: {e}"),
+            )
+        })?;
+        if entries.is_empty() {
+            return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, "empty batch"));
+        }
+        for entry in entries {
+            records.push(builder.record(entry.body, &entry.properties, entry.flag)?.0);
+        }
+    } else {
+        let (record, uniq_key) =
+            builder.record(request.body.clone(), &header.properties, header.flag)?;
+        records.push(record);
+        first_uniq_key = Some(uniq_key);
+    }
+    Ok(Prepared {
+        records,
+        queue_id,
+        first_uniq_key,
+    })
+}
+
+/// The topic's shape, creating it first when RocketMQ would: retry topics always, others from
+/// the producer's default topic (TBW102) when auto-create is on.
+fn topic_shape(broker: &Broker, header: &SendMessageHeader) -> Result<TopicShape, Refusal> {
+    if let Some(shape) = broker.topics.shape(&header.topic) {
+        return Ok(shape);
+    }
+    let config = if header.topic.starts_with(RETRY_PREFIX) {
+        topic_config(&header.topic, 1, 6)
+    } else {
+        let template = broker
+            .topics
+            .shape(&header.default_topic)
+            .filter(|t| broker.config.auto_create_topic && t.perm & PERM_INHERIT != 0);
+        let Some(template) = template else {
+            let remark = format!("topic[{}] not exist, apply first please!", header.topic);
+            return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
+        };
+        let queues = header
+            .default_topic_queue_nums
+            .clamp(1, template.write_queues.max(1));
+        topic_config(&header.topic, queues, template.perm & !PERM_INHERIT)
+    };
+    match broker.topics.create_if_absent(config) {
+        Ok(true) => {
+            tracing::info!(topic = %header.topic, "topic created on first send");
+            broker.topics_changed();
+        }
+        Ok(false) => {}
+        Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+    }
+    broker.topics.shape(&header.topic).ok_or_else(|| {
+        Refusal::new(
+            response_code::SYSTEM_ERROR,
+            "topic vanished while being created",
+        )
+    })
+}
+
+struct RecordBuilder<'a> {
+    broker: &'a Broker,
+    header: &'a SendMessageHeader,
+    queue_id: i32,
+    born_host: std::net::SocketAddr,
+    now_ms: i64,
+}
+
+impl RecordBuilder<'_> {
+    /// One stored record, with UNIQ_KEY and CLUSTER added and POP_CK removed as the Java broker
+    /// does. Returns the record and its UNIQ_KEY.
+    fn record(
+        &self,
+        body: Bytes,
+        raw_properties: &str,
+        flag: i32,
+    ) -> Result<(Record, String), Refusal> {
+        let (properties, uniq_key) = self.stored_properties(raw_properties);
+        if properties.len() > PROPERTIES_BYTES_MAX {
+            let remark = format!(
+                "message properties of {} bytes exceed {PROPERTIES_BYTES_MAX}",
+                properties.len()
+            );
+            return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+        }
+        let tags = find_property(&properties, property::TAGS)
+            .map(tags_code)
+            .unwrap_or(0);
+        let mut keys: Vec<String> = find_property(&properties, property::KEYS)
+            .map(|k| {
+                k.split(' ')
+                    .filter(|w| !w.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        keys.push(uniq_key.clone());
+        let message = StoredMessage {
+            queue_id: self.queue_id,
+            flag,
+            queue_offset: 0,
+            physical_offset: 0,
+            sys_flag: self.header.sys_flag,
+            born_timestamp: self.header.born_timestamp,
+            born_host: self.born_host,
+            store_timestamp: self.now_ms,
+            store_host: self.broker.store_host,
+            reconsume_times: self.header.reconsume_times,
+            prepared_transaction_offset: 0,
+            body,
+            topic: self.header.topic.clone(),
+            properties,
+        };
+        let mut bytes = Vec::with_capacity(message.encoded_len());
+        message
+            .encode(&mut bytes)
+            .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e.to_string()))?;
+        let record = Record {
+            topic: message.topic,
+            queue_id: self.queue_id as u32,
+            tags_code: tags,
+            keys,
+            store_timestamp_ms: self.now_ms,
+            bytes,
+        };
+        Ok((record, uniq_key))
+    }
+
+    fn stored_properties(&self, raw: &str) -> (String, String) {
+        let mut properties = if find_property(raw, property::POP_CK).is_some() {
+            let kept = quiver_wire::message::decode_properties(raw);
+            quiver_wire::message::encode_properties(
+                kept.iter()
+                    .filter(|(k, _)| k != property::POP_CK)
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+        } else {
+            raw.to_string()
+        };
+        if !properties.is_empty() && !properties.ends_with('\u{2}') {
+            properties.push('\u{2}');
+        }
+        let uniq_key = match find_property(&properties, property::UNIQ_KEY) {
+            Some(existing) => existing.to_string(),
+            None => {
+                let generated = self.broker.new_uniq_id();
+                push_property(&mut properties, property::UNIQ_KEY, &generated);
+                generated
+            }
+        };
+        if find_property(&properties, property::CLUSTER).is_none() {
+            push_property(
+                &mut properties,
+                property::CLUSTER,
+                &self.broker.config.cluster_name,
+            );
+        }
+        (properties, uniq_key)
+    }
+}
+
+fn push_property(properties: &mut String, name: &str, value: &str) {
+    properties.push_str(name);
+    properties.push('\u{1}');
+    properties.push_str(value);
+    properties.push('\u{2}');
+}
+
+fn respond(
+    broker: &Broker,
+    request: &Command,
+    result: Result<AppendOutcome, AppendError>,
+    queue_id: i32,
+    first_uniq_key: Option<String>,
+) -> Command {
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let code = match error {
+                AppendError::Busy { .. } => response_code::SYSTEM_BUSY,
+                AppendError::TooLarge { .. } => response_code::MESSAGE_ILLEGAL,
+                AppendError::DiskFull(_) | AppendError::Closed => {
+                    response_code::SERVICE_NOT_AVAILABLE
+                }
+                AppendError::Malformed(_) | AppendError::Io(_) => response_code::SYSTEM_ERROR,
+            };
+            return request.response_to(code).with_remark(error.to_string());
+        }
+    };
+    broker.counters.messages_put.fetch_add(
+        outcome.entries.len() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let msg_id = outcome
+        .entries
+        .iter()
+        .map(|entry| offset_msg_id(broker.store_host, entry.position as i64))
+        .collect::<Vec<_>>()
+        .join(",");
+    let first = outcome.entries.first().copied();
+    let header = SendMessageResponseHeader {
+        msg_id,
+        queue_id,
+        queue_offset: first.map(|e| e.queue_offset as i64).unwrap_or(0),
+        transaction_id: first_uniq_key,
+    };
+    let code = match outcome.flush {
+        FlushStatus::Ok => response_code::SUCCESS,
+        FlushStatus::TimedOut => response_code::FLUSH_DISK_TIMEOUT,
+    };
+    request.response_to(code).with_ext(header.to_ext())
+}

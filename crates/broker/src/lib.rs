@@ -1,0 +1,21 @@
+//! The broker: accepts RocketMQ clients, stores what they send, serves what they pull, and
+//! registers with the name servers.
+//!
+//! `server` moves frames between sockets and `handler`; handlers use the owners of each piece of
+//! state: the store, `topic::TopicTable`, `offsets::ConsumerOffsets`, `clients::ClientTable` and
+//! `long_poll::PullWaiters`.
+
+pub mod broker;
+pub mod clients;
+pub mod config;
+pub mod connection;
+mod handler;
+pub mod long_poll;
+pub mod offsets;
+mod outbound;
+mod persist;
+pub mod server;
+pub mod topic;
+
+pub use broker::{start, Broker, RunningBroker, StartError};
+pub use config::{BrokerConfig, BrokerRole, ConfigError, UnknownKey};

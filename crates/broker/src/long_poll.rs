@@ -1,0 +1,109 @@
+//! Pulls that found nothing wait here until a message lands in their queue or their time runs
+//! out. The store's appender calls `arrived` after each group it writes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use tokio::sync::oneshot;
+
+struct Waiter {
+    offset: u64,
+    wake: oneshot::Sender<()>,
+}
+
+pub struct PullWaiters {
+    /// topic -> queue -> waiters; two levels so a lookup by `&str` needs no allocation.
+    waiting: Mutex<HashMap<String, HashMap<u32, Vec<Waiter>>>>,
+    parked: AtomicUsize,
+    parked_max: usize,
+}
+
+impl PullWaiters {
+    pub fn new(parked_max: usize) -> PullWaiters {
+        PullWaiters {
+            waiting: Mutex::new(HashMap::new()),
+            parked: AtomicUsize::new(0),
+            parked_max,
+        }
+    }
+
+    /// Parks a pull waiting for offsets at or past `offset`. None when too many are parked;
+    /// the caller then answers at once instead.
+    pub fn park(&self, topic: &str, queue_id: u32, offset: u64) -> Option<oneshot::Receiver<()>> {
+        let mut waiting = self.waiting.lock().expect("pull waiters lock poisoned");
+        let queue = waiting
+            .entry(topic.to_string())
+            .or_default()
+            .entry(queue_id)
+            .or_default();
+        // Waiters whose pull already timed out are dropped here, so a queue that never gets a
+        // message does not collect them.
+        let before = queue.len();
+        queue.retain(|waiter| !waiter.wake.is_closed());
+        self.parked
+            .fetch_sub(before - queue.len(), Ordering::Relaxed);
+        if self.parked.load(Ordering::Relaxed) >= self.parked_max {
+            return None;
+        }
+        let (wake, receiver) = oneshot::channel();
+        queue.push(Waiter { offset, wake });
+        self.parked.fetch_add(1, Ordering::Relaxed);
+        Some(receiver)
+    }
+
+    /// Wakes the pulls on this queue that asked for an offset below the new maximum.
+    pub fn arrived(&self, topic: &str, queue_id: u32, max_offset: u64) {
+        let mut waiting = self.waiting.lock().expect("pull waiters lock poisoned");
+        let Some(queue) = waiting
+            .get_mut(topic)
+            .and_then(|queues| queues.get_mut(&queue_id))
+        else {
+            return;
+        };
+        let before = queue.len();
+        let mut kept = Vec::new();
+        for waiter in queue.drain(..) {
+            if waiter.offset < max_offset {
+                let _ = waiter.wake.send(());
+            } else if !waiter.wake.is_closed() {
+                kept.push(waiter);
+            }
+        }
+        self.parked
+            .fetch_sub(before - kept.len(), Ordering::Relaxed);
+        *queue = kept;
+    }
+
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_wakes_only_waiters_below_the_new_maximum() {
+        let waiters = PullWaiters::new(10);
+        let mut low = waiters.park("T", 0, 5).expect("parked");
+        let mut high = waiters.park("T", 0, 9).expect("parked");
+        let mut other = waiters.park("T", 1, 0).expect("parked");
+        waiters.arrived("T", 0, 6);
+        assert!(low.try_recv().is_ok());
+        assert!(high.try_recv().is_err());
+        assert!(other.try_recv().is_err());
+        assert_eq!(waiters.parked(), 2);
+    }
+
+    #[test]
+    fn parking_stops_at_the_limit_and_timed_out_waiters_are_dropped() {
+        let waiters = PullWaiters::new(2);
+        let first = waiters.park("T", 0, 0).expect("parked");
+        let _second = waiters.park("T", 0, 0).expect("parked");
+        assert!(waiters.park("T", 0, 0).is_none());
+        drop(first);
+        assert!(waiters.park("T", 0, 0).is_some());
+    }
+}

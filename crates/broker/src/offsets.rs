@@ -1,0 +1,122 @@
+//! Committed consumer offsets per (topic, group, queue). Persisted as
+//! `config/consumerOffset.json` in RocketMQ's shape (`offsetTable` keyed by `topic@group`),
+//! every few seconds when changed and at shutdown.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use quiver_wire::body;
+use serde::{Deserialize, Serialize};
+
+use crate::persist;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct OffsetsFile {
+    /// "topic@group" -> queue id -> next offset to consume
+    offset_table: BTreeMap<String, BTreeMap<i32, i64>>,
+}
+
+pub struct ConsumerOffsets {
+    path: PathBuf,
+    table: Mutex<OffsetsFile>,
+    dirty: AtomicBool,
+}
+
+fn key(topic: &str, group: &str) -> String {
+    format!("{topic}@{group}")
+}
+
+impl ConsumerOffsets {
+    pub fn open(path: PathBuf) -> Result<ConsumerOffsets, String> {
+        let file = match persist::read_if_present(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        {
+            Some(bytes) => body::from_json::<OffsetsFile>(&bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+            None => OffsetsFile::default(),
+        };
+        Ok(ConsumerOffsets {
+            path,
+            table: Mutex::new(file),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    pub fn commit(&self, topic: &str, group: &str, queue_id: i32, offset: i64) {
+        let mut table = self.table.lock().expect("offset table lock poisoned");
+        table
+            .offset_table
+            .entry(key(topic, group))
+            .or_default()
+            .insert(queue_id, offset);
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    pub fn get(&self, topic: &str, group: &str, queue_id: i32) -> Option<i64> {
+        let table = self.table.lock().expect("offset table lock poisoned");
+        table
+            .offset_table
+            .get(&key(topic, group))?
+            .get(&queue_id)
+            .copied()
+    }
+
+    /// Groups with committed offsets on `topic`.
+    pub fn groups_of_topic(&self, topic: &str) -> Vec<String> {
+        let table = self.table.lock().expect("offset table lock poisoned");
+        table
+            .offset_table
+            .keys()
+            .filter_map(|k| k.split_once('@'))
+            .filter(|(t, _)| *t == topic)
+            .map(|(_, g)| g.to_string())
+            .collect()
+    }
+
+    /// Topics with committed offsets for `group`, with their queue offsets.
+    pub fn of_group(&self, group: &str) -> BTreeMap<String, BTreeMap<i32, i64>> {
+        let table = self.table.lock().expect("offset table lock poisoned");
+        table
+            .offset_table
+            .iter()
+            .filter_map(|(k, queues)| k.rsplit_once('@').map(|(t, g)| (t, g, queues)))
+            .filter(|(_, g, _)| *g == group)
+            .map(|(t, _, queues)| (t.to_string(), queues.clone()))
+            .collect()
+    }
+
+    /// Writes the table if it changed since the last write.
+    pub fn persist_if_dirty(&self) -> std::io::Result<()> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let bytes = body::to_json(&*self.table.lock().expect("offset table lock poisoned"));
+        let result = persist::write_atomically(&self.path, &bytes);
+        if result.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_offsets_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/consumerOffset.json");
+        let offsets = ConsumerOffsets::open(path.clone()).expect("open");
+        offsets.commit("T", "g", 3, 42);
+        offsets.commit("T", "g", 3, 43);
+        offsets.persist_if_dirty().expect("persist");
+        let offsets = ConsumerOffsets::open(path).expect("reopen");
+        assert_eq!(offsets.get("T", "g", 3), Some(43));
+        assert_eq!(offsets.get("T", "g", 0), None);
+        assert_eq!(offsets.groups_of_topic("T"), vec!["g".to_string()]);
+    }
+}

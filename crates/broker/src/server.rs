@@ -1,0 +1,148 @@
+//! The broker's TCP shell: accept loop with a connection limit, a reader and a writer task per
+//! connection, and a limit on requests in flight per connection (back-pressure: the reader
+//! stops reading while the limit is reached).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use quiver_wire::code::response_code;
+use quiver_wire::{decode_frame, encode_frame, Command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+use crate::broker::Broker;
+use crate::connection::{Connection, Responder};
+use crate::handler;
+
+/// A connection with no frame for this long is closed: Java clients heartbeat every 30 s.
+const IDLE_TIMEOUT_MS: u64 = 120_000;
+/// Frames gathered into one write: enough to batch many small responses, small enough that a
+/// slow reader does not make us hold much.
+const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
+
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(broker.config.connections_max));
+    let next_id = AtomicU64::new(1);
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "connection refused: {} connections open", broker.config.connections_max);
+            continue;
+        };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            let (connection, outgoing) = Connection::new(id, peer);
+            if let Err(error) =
+                serve_connection(stream, &broker, connection.clone(), outgoing).await
+            {
+                tracing::debug!(%peer, %error, "connection ended");
+            }
+            broker.connection_closed(&connection);
+            drop(permit);
+        });
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    broker: &Arc<Broker>,
+    connection: Connection,
+    outgoing: mpsc::UnboundedReceiver<Command>,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let (mut reader, writer) = stream.into_split();
+    let writer_task = tokio::spawn(write_frames(writer, outgoing));
+    let in_flight = Arc::new(Semaphore::new(
+        broker.config.requests_in_flight_per_connection_max,
+    ));
+    let mut input = BytesMut::with_capacity(64 * 1024);
+    let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
+    let result = loop {
+        loop {
+            let request = match decode_frame(&mut input) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(peer = %connection.peer, %error, "closing connection: malformed frame");
+                    writer_task.abort();
+                    return Ok(());
+                }
+            };
+            if request.is_response() {
+                // Answers to our NOTIFY requests carry nothing we act on.
+                continue;
+            }
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                unreachable!("the in-flight semaphore is never closed");
+            };
+            let oneway = request.is_oneway();
+            handler::dispatch(
+                broker,
+                request,
+                Responder::new(connection.clone(), oneway, permit),
+            );
+        }
+        match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
+            Ok(Ok(0)) | Err(_) => break Ok(()),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => break Err(error),
+        }
+    };
+    writer_task.abort();
+    result
+}
+
+async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedReceiver<Command>) {
+    let mut buffer = BytesMut::with_capacity(64 * 1024);
+    while let Some(first) = outgoing.recv().await {
+        encode_or_error(&first, &mut buffer);
+        while buffer.len() < WRITE_BATCH_BYTES_MAX {
+            match outgoing.try_recv() {
+                Ok(next) => encode_or_error(&next, &mut buffer),
+                Err(_) => break,
+            }
+        }
+        if writer.write_all(&buffer).await.is_err() {
+            return;
+        }
+        buffer.clear();
+        if buffer.capacity() > 4 * WRITE_BATCH_BYTES_MAX {
+            buffer = BytesMut::with_capacity(64 * 1024);
+        }
+    }
+}
+
+fn encode_or_error(command: &Command, buffer: &mut BytesMut) {
+    if let Err(error) = encode_frame(command, buffer) {
+        let fallback = Command {
+            body: Default::default(),
+            ..command.clone()
+        };
+        let fallback = Command {
+            code: response_code::SYSTEM_ERROR,
+            remark: Some(error.to_string()),
+            ..fallback
+        };
+        encode_frame(&fallback, buffer).expect("a bodyless error response always fits in a frame");
+    }
+}

@@ -1,0 +1,247 @@
+//! The `quiver` binary: `up` (name server and broker in one process), `namesrv`, `broker`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use quiver_broker::{BrokerConfig, UnknownKey};
+use quiver_namesrv::NamesrvConfig;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Parser)]
+#[command(
+    name = "quiver",
+    version,
+    about = "A message queue that speaks Apache RocketMQ's protocol"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a name server and a broker in one process on 127.0.0.1, with data in ./quiver-data.
+    Up {
+        /// A RocketMQ broker.conf to apply on top of the embedded defaults.
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
+        /// Data folder (store, config, offsets), unless the config file sets storePathRootDir.
+        #[arg(long, default_value = "quiver-data")]
+        data: PathBuf,
+        /// Name server port (0 picks a free one).
+        #[arg(long, default_value_t = 9876)]
+        namesrv_port: u16,
+        /// Broker port (0 picks a free one), unless the config file sets listenPort.
+        #[arg(long, default_value_t = 10911)]
+        broker_port: u16,
+    },
+    /// Run a name server.
+    Namesrv {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9876")]
+        listen: SocketAddr,
+        /// Drop brokers that have not registered for this long.
+        #[arg(long, default_value_t = quiver_namesrv::route_table::BROKER_EXPIRY_MS_DEFAULT)]
+        broker_expiry_ms: i64,
+    },
+    /// Run a broker from a RocketMQ broker.conf.
+    Broker {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// Name server addresses (`host:port;host:port`), overriding namesrvAddr.
+        #[arg(short = 'n', long = "namesrv")]
+        namesrv: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("quiver: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Up {
+                config,
+                data,
+                namesrv_port,
+                broker_port,
+            } => up(config.as_deref(), &data, namesrv_port, broker_port).await,
+            Command::Namesrv {
+                listen,
+                broker_expiry_ms,
+            } => namesrv(listen, broker_expiry_ms).await,
+            Command::Broker { config, namesrv } => broker(&config, namesrv).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("quiver: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Reads a broker.conf on top of `config`; warns once about keys Quiver does not use.
+fn apply_config_file(config: &mut BrokerConfig, path: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let unknown = config
+        .apply_properties(&text)
+        .with_context(|| format!("{}", path.display()))?;
+    warn_unknown(path, &unknown);
+    Ok(())
+}
+
+fn warn_unknown(path: &Path, unknown: &[UnknownKey]) {
+    if unknown.is_empty() {
+        return;
+    }
+    let listed: Vec<String> = unknown
+        .iter()
+        .map(|k| format!("{} (line {})", k.key, k.line))
+        .collect();
+    tracing::warn!(
+        "{}: ignoring {} key(s) Quiver does not use: {}",
+        path.display(),
+        unknown.len(),
+        listed.join(", ")
+    );
+}
+
+fn file_sets(path: Option<&Path>, key: &str) -> bool {
+    let Some(path) = path else { return false };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .any(|l| {
+            l.split_once(['=', ':'])
+                .is_some_and(|(k, _)| k.trim() == key)
+        })
+}
+
+async fn up(
+    config_path: Option<&Path>,
+    data: &Path,
+    namesrv_port: u16,
+    broker_port: u16,
+) -> anyhow::Result<()> {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let namesrv_listener = TcpListener::bind(SocketAddr::new(loopback, namesrv_port))
+        .await
+        .with_context(|| {
+            format!("cannot listen on 127.0.0.1:{namesrv_port} for the name server")
+        })?;
+    let namesrv_addr = namesrv_listener.local_addr()?;
+    let (stop, stopped) = watch::channel(false);
+    let namesrv_task = tokio::spawn(quiver_namesrv::run(
+        namesrv_listener,
+        NamesrvConfig::default(),
+        stopped,
+    ));
+
+    let mut config = BrokerConfig {
+        store_root: data.to_path_buf(),
+        listen_port: broker_port,
+        ..BrokerConfig::default()
+    };
+    if let Some(path) = config_path {
+        apply_config_file(&mut config, path)?;
+    }
+    if !file_sets(config_path, "listenPort") {
+        config.listen_port = broker_port;
+    }
+    // The embedded name server is always one of the broker's; a file may name more.
+    config
+        .namesrv_addrs
+        .retain(|addr| addr != &namesrv_addr.to_string());
+    config.namesrv_addrs.insert(0, namesrv_addr.to_string());
+    let running = quiver_broker::start(config).await?;
+    tracing::info!(namesrv = %namesrv_addr, broker = %running.local_addr, data = %data.display(), "quiver is up");
+    println!(
+        "ready namesrv={} broker={}",
+        namesrv_addr, running.local_addr
+    );
+    wait_for_stop_signal().await;
+    tracing::info!("stopping");
+    running.shutdown().await;
+    let _ = stop.send(true);
+    let _ = namesrv_task.await;
+    Ok(())
+}
+
+async fn namesrv(listen: SocketAddr, broker_expiry_ms: i64) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let local = listener.local_addr()?;
+    let (stop, stopped) = watch::channel(false);
+    let config = NamesrvConfig {
+        broker_expiry_ms,
+        ..NamesrvConfig::default()
+    };
+    let task = tokio::spawn(quiver_namesrv::run(listener, config, stopped));
+    tracing::info!(addr = %local, "name server listening");
+    println!("ready namesrv={local}");
+    wait_for_stop_signal().await;
+    let _ = stop.send(true);
+    let _ = task.await;
+    Ok(())
+}
+
+async fn broker(config_path: &Path, namesrv: Option<String>) -> anyhow::Result<()> {
+    let mut config = BrokerConfig::default();
+    apply_config_file(&mut config, config_path)?;
+    if let Some(addrs) = namesrv {
+        config.namesrv_addrs = addrs
+            .split(';')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+    }
+    let running = quiver_broker::start(config).await?;
+    println!("ready broker={}", running.local_addr);
+    wait_for_stop_signal().await;
+    tracing::info!("stopping");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch SIGTERM; stop with Ctrl-C");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,73 @@
+//! Shared setup for the end-to-end tests: a real `quiver up` in a temp folder.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use quiver_testkit::{wait_until, QuiverProcess, WireClient};
+use quiver_wire::body::{self, TopicRouteData};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::message::StoredMessage;
+use quiver_wire::{Command, Encoding, ExtFields};
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_quiver"))
+}
+
+pub fn up(data: &Path) -> QuiverProcess {
+    QuiverProcess::up(&binary(), data).expect("quiver up starts")
+}
+
+/// Waits until the name server routes `topic` to a broker (registration is asynchronous).
+pub fn wait_for_route(namesrv: SocketAddr, topic: &str) -> TopicRouteData {
+    let mut client = WireClient::connect(namesrv, Encoding::Json).expect("connect namesrv");
+    wait_until(Duration::from_secs(20), || {
+        let request = Command::request(request_code::GET_ROUTEINFO_BY_TOPIC, Encoding::Json)
+            .with_ext(ExtFields::new().with("topic", topic));
+        let response = client.call(request).ok()?;
+        if response.code != response_code::SUCCESS {
+            return None;
+        }
+        body::from_json::<TopicRouteData>(&response.body).ok()
+    })
+    .unwrap_or_else(|| panic!("no route for {topic} within 20 s"))
+}
+
+/// Pulls a whole queue from `offset` to its end, checking each response.
+pub fn pull_all(
+    client: &mut WireClient,
+    topic: &str,
+    queue_id: i32,
+    mut offset: i64,
+) -> Vec<StoredMessage> {
+    let mut messages = Vec::new();
+    loop {
+        let response = client
+            .pull(topic, "test_group", queue_id, offset, 32, 0)
+            .expect("pull");
+        match response.code {
+            response_code::SUCCESS => {
+                let batch = StoredMessage::decode_all(&response.body).expect("decodable pull body");
+                assert!(!batch.is_empty(), "SUCCESS pull with no messages");
+                offset = response
+                    .ext_get("nextBeginOffset")
+                    .expect("nextBeginOffset")
+                    .parse()
+                    .expect("number");
+                messages.extend(batch);
+            }
+            response_code::PULL_NOT_FOUND => return messages,
+            other => panic!("pull answered {other}: {:?}", response.remark),
+        }
+    }
+}
+
+pub fn ext_i64(command: &Command, key: &str) -> i64 {
+    command
+        .ext_get(key)
+        .unwrap_or_else(|| panic!("{key} missing in {command:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not a number"))
+}

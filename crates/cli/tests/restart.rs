@@ -1,0 +1,233 @@
+//! Restarts: a clean stop (SIGTERM) and a crash (kill -9) both come back with every
+//! acknowledged message at its original offset, consumer offsets, and topics.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use common::{binary, ext_i64, pull_all, up, wait_for_route};
+use quiver_testkit::{QuiverProcess, SendOptions, WireClient};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::{Command, Encoding, ExtFields};
+
+const QUEUES: i32 = 4;
+
+/// Sends `count` messages round-robin over the queues; returns (queue, offset) -> body.
+fn send_many(
+    quiver: &QuiverProcess,
+    topic: &str,
+    count: usize,
+    tag: &str,
+) -> BTreeMap<(i32, i64), Bytes> {
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    let mut sent = BTreeMap::new();
+    for i in 0..count {
+        let queue_id = (i % QUEUES as usize) as i32;
+        let body = Bytes::from(format!("{tag} message {i} {}", "x".repeat(i % 300)));
+        let options = SendOptions {
+            queue_id: Some(queue_id),
+            ..SendOptions::default()
+        };
+        let response = client.send(topic, &body, &options).unwrap();
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+        let offset = ext_i64(&response, "queueOffset");
+        assert!(
+            sent.insert((queue_id, offset), body).is_none(),
+            "offset handed out twice"
+        );
+    }
+    sent
+}
+
+fn assert_all_readable(
+    quiver: &QuiverProcess,
+    topic: &str,
+    expected: &BTreeMap<(i32, i64), Bytes>,
+) {
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    for queue_id in 0..QUEUES {
+        let messages = pull_all(&mut client, topic, queue_id, 0);
+        let wanted: Vec<_> = expected.range((queue_id, 0)..(queue_id + 1, 0)).collect();
+        assert_eq!(
+            messages.len(),
+            wanted.len(),
+            "queue {queue_id} holds every acknowledged message"
+        );
+        for (message, ((_, offset), body)) in messages.iter().zip(wanted) {
+            assert_eq!(message.queue_offset, *offset);
+            assert_eq!(&message.body, body);
+        }
+        let max = client
+            .call(
+                Command::request(request_code::GET_MAX_OFFSET, Encoding::Json).with_ext(
+                    ExtFields::new()
+                        .with("topic", topic)
+                        .with("queueId", queue_id),
+                ),
+            )
+            .unwrap();
+        assert_eq!(
+            ext_i64(&max, "offset") as usize,
+            messages.len(),
+            "ConsumeQueue agrees with the CommitLog"
+        );
+    }
+}
+
+fn commit_offset(quiver: &QuiverProcess, topic: &str, queue_id: i32, offset: i64) {
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let update = Command::request(request_code::UPDATE_CONSUMER_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("consumerGroup", "g")
+            .with("topic", topic)
+            .with("queueId", queue_id)
+            .with("commitOffset", offset),
+    );
+    assert_eq!(client.call(update).unwrap().code, response_code::SUCCESS);
+}
+
+fn committed_offset(quiver: &QuiverProcess, topic: &str, queue_id: i32) -> Option<i64> {
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let query = Command::request(request_code::QUERY_CONSUMER_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("consumerGroup", "g")
+            .with("topic", topic)
+            .with("queueId", queue_id),
+    );
+    let response = client.call(query).unwrap();
+    (response.code == response_code::SUCCESS).then(|| ext_i64(&response, "offset"))
+}
+
+#[test]
+fn a_clean_restart_keeps_messages_offsets_and_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Durable", QUEUES).unwrap();
+    let sent = send_many(&quiver, "Durable", 200, "clean");
+    commit_offset(&quiver, "Durable", 2, 17);
+    drop(client);
+    assert!(
+        quiver.terminate().unwrap().success(),
+        "clean exit on SIGTERM"
+    );
+    assert!(
+        !dir.path().join("abort").exists(),
+        "a clean stop removes the abort file"
+    );
+
+    let quiver = up(dir.path());
+    assert!(!quiver.log().contains("unclean stop"));
+    wait_for_route(quiver.namesrv(), "Durable");
+    assert_all_readable(&quiver, "Durable", &sent);
+    assert_eq!(committed_offset(&quiver, "Durable", 2), Some(17));
+    // New sends continue after the old offsets.
+    let more = send_many(&quiver, "Durable", 8, "after");
+    assert_eq!(more.keys().next(), Some(&(0, 50)));
+}
+
+#[test]
+fn kill_9_and_restart_keeps_every_acknowledged_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Crashy", QUEUES).unwrap();
+    let mut sent = send_many(&quiver, "Crashy", 400, "before");
+    quiver.kill9().unwrap();
+    assert!(
+        dir.path().join("abort").exists(),
+        "a crash leaves the abort file"
+    );
+
+    let mut quiver = up(dir.path());
+    assert_all_readable(&quiver, "Crashy", &sent);
+    sent.extend(send_many(&quiver, "Crashy", 40, "between"));
+    quiver.kill9().unwrap();
+
+    let quiver = up(dir.path());
+    assert_all_readable(&quiver, "Crashy", &sent);
+}
+
+#[test]
+fn the_seed_broker_conf_starts_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = include_str!("fixtures/seed-002-broker.conf");
+    let store = dir.path().join("store");
+    let config = seed.replace("/usr/local/rocketmq/store", store.to_str().unwrap());
+    let path = dir.path().join("broker.conf");
+    std::fs::write(&path, config).unwrap();
+    let quiver = QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", path.to_str().unwrap()],
+        dir.path(),
+    )
+    .unwrap();
+    assert_eq!(quiver.broker().port(), 10911, "listenPort from the file");
+    let log = quiver.log();
+    assert!(
+        !log.contains("ignoring"),
+        "every key of the seed's file is understood:\n{log}"
+    );
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    let response = client
+        .send("SeedTopic", b"hello", &SendOptions::default())
+        .unwrap();
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
+    assert!(store.join("commitlog").join(format!("{:020}", 0)).exists());
+}
+
+#[test]
+fn unknown_keys_are_listed_in_one_warning_and_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broker.conf");
+    let config = format!(
+        "listenPort=0\nstorePathRootDir={}\nsendMessageThreadPoolNums=128\n\nnoSuchKey=1\n",
+        dir.path().join("store").display()
+    );
+    std::fs::write(&path, config).unwrap();
+    let quiver = QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", path.to_str().unwrap()],
+        dir.path(),
+    )
+    .unwrap();
+    let log = quiver.log();
+    let warnings: Vec<_> = log.lines().filter(|l| l.contains("ignoring")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("sendMessageThreadPoolNums (line 3)"),
+        "{log}"
+    );
+    assert!(warnings[0].contains("noSuchKey (line 5)"), "{log}");
+}
+
+#[test]
+fn a_bad_config_value_stops_start_up_naming_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broker.conf");
+    std::fs::write(
+        &path,
+        "brokerName=b\n# fine so far\nflushDiskType=SOMETIMES\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(binary())
+        .args(["broker", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("line 3"), "{stderr}");
+    assert!(stderr.contains("flushDiskType"), "{stderr}");
+    assert!(stderr.contains("ASYNC_FLUSH, SYNC_FLUSH"), "{stderr}");
+}

@@ -1,0 +1,458 @@
+//! The appender thread: the only writer of the CommitLog, ConsumeQueues and index.
+//!
+//! Each wake-up takes every request waiting (a group, bounded by `GROUP_BYTES_MAX`), lays the
+//! records out in one buffer, writes it with one call per segment touched, writes one run of
+//! ConsumeQueue entries per queue and one run of index entries, publishes, and completes.
+//! A failed write rolls the files back to where the group started, so the log stays a sequence
+//! of whole records.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
+use crate::index::KeyEntry;
+use crate::record::{self, BLANK_BYTES};
+use crate::shared::Shared;
+use crate::types::{
+    AppendDone, AppendError, AppendOutcome, AppendRequest, Appended, FlushStatus, StoreConfig,
+};
+
+/// A group stops taking requests past this many bytes, so its buffer stays bounded even when
+/// the queue holds thousands of large batches; the rest form the next group.
+const GROUP_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Linux ENOSPC.
+const ENOSPC: i32 = 28;
+
+pub struct AppendJob {
+    pub request: AppendRequest,
+    pub done: AppendDone,
+}
+
+/// Completions waiting for an fsync that reaches `end_position` (sync flush).
+pub struct SyncBatch {
+    pub end_position: u64,
+    pub deadline: Instant,
+    pub completions: Vec<(AppendDone, AppendOutcome)>,
+}
+
+/// RocketMQ's topic character set; it also keeps topic names safe as directory names.
+pub fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= 255
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'))
+}
+
+/// Checks a request on the caller's thread, so the appender only copies bytes.
+/// Returns the request's total size.
+pub fn validate(request: &AppendRequest, config: &StoreConfig) -> Result<usize, AppendError> {
+    if request.records.is_empty() {
+        return Err(AppendError::Malformed("empty batch".to_string()));
+    }
+    let mut total_bytes = 0usize;
+    for r in &request.records {
+        if r.bytes.len() > config.record_bytes_max as usize {
+            return Err(AppendError::TooLarge {
+                record_bytes: r.bytes.len(),
+                limit_bytes: config.record_bytes_max as usize,
+            });
+        }
+        let view = record::parse(&r.bytes).map_err(|e| AppendError::Malformed(e.to_string()))?;
+        if !valid_topic(&r.topic) {
+            return Err(AppendError::Malformed(format!(
+                "invalid topic name {:?}",
+                r.topic
+            )));
+        }
+        if view.topic != r.topic
+            || view.queue_id != r.queue_id as i32
+            || view.store_timestamp_ms != r.store_timestamp_ms
+        {
+            return Err(AppendError::Malformed(
+                "topic, queue id or store timestamp differ from the record bytes".to_string(),
+            ));
+        }
+        if !view.body_crc_matches() {
+            return Err(AppendError::Malformed(
+                "BODYCRC does not match the body".to_string(),
+            ));
+        }
+        total_bytes += r.bytes.len();
+    }
+    // A batch is stored contiguously in one segment, which keeps 8 bytes for the end marker.
+    let limit_bytes = (config.segment_bytes - BLANK_BYTES) as usize;
+    if total_bytes > limit_bytes {
+        return Err(AppendError::TooLarge {
+            record_bytes: total_bytes,
+            limit_bytes,
+        });
+    }
+    Ok(total_bytes)
+}
+
+pub fn error_of(e: &io::Error) -> AppendError {
+    if e.raw_os_error() == Some(ENOSPC) {
+        AppendError::DiskFull(e.to_string())
+    } else {
+        AppendError::Io(e.to_string())
+    }
+}
+
+struct QueueWriter {
+    queue: Arc<ConsumeQueue>,
+    next_offset: u64,
+    pending: Vec<u8>,
+    pending_first: u64,
+    touched: bool,
+}
+
+struct Chunk {
+    base: u64,
+    file_offset: u64,
+    buf_start: usize,
+    buf_end: usize,
+}
+
+pub struct Appender {
+    shared: Arc<Shared>,
+    rx: Receiver<AppendJob>,
+    queued: Arc<AtomicUsize>,
+    sync: Option<(SyncSender<SyncBatch>, Duration)>,
+    /// Next byte to write; equals the published written position between groups.
+    position: u64,
+    segment_base: u64,
+    /// None until the segment at `segment_base` is created.
+    segment_file: Option<Arc<File>>,
+    buf: Vec<u8>,
+    chunks: Vec<Chunk>,
+    writer_of: HashMap<String, HashMap<u32, usize>>,
+    writers: Vec<QueueWriter>,
+    touched: Vec<usize>,
+    keys: Vec<KeyEntry>,
+    /// Set when a rollback failed: the files no longer match memory, so refuse further writes.
+    broken: Option<String>,
+}
+
+impl Appender {
+    pub fn new(
+        shared: Arc<Shared>,
+        rx: Receiver<AppendJob>,
+        queued: Arc<AtomicUsize>,
+        sync: Option<(SyncSender<SyncBatch>, Duration)>,
+        segment_base: u64,
+        segment_file: Option<Arc<File>>,
+    ) -> Appender {
+        let position = shared.written_position.load(Ordering::Acquire);
+        Appender {
+            shared,
+            rx,
+            queued,
+            sync,
+            position,
+            segment_base,
+            segment_file,
+            buf: Vec::new(),
+            chunks: Vec::new(),
+            writer_of: HashMap::new(),
+            writers: Vec::new(),
+            touched: Vec::new(),
+            keys: Vec::new(),
+            broken: None,
+        }
+    }
+
+    pub fn run(mut self) {
+        let mut group = Vec::new();
+        // Ends when every sender is gone and the queue is drained: close() relies on that.
+        while let Ok(first) = self.rx.recv() {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            let mut group_bytes = job_bytes(&first);
+            group.push(first);
+            while group_bytes < GROUP_BYTES_MAX {
+                match self.rx.try_recv() {
+                    Ok(job) => {
+                        self.queued.fetch_sub(1, Ordering::Relaxed);
+                        group_bytes += job_bytes(&job);
+                        group.push(job);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.process(&mut group);
+        }
+    }
+
+    fn process(&mut self, group: &mut Vec<AppendJob>) {
+        if let Some(reason) = &self.broken {
+            let error = AppendError::Io(reason.clone());
+            for job in group.drain(..) {
+                (job.done)(Err(error.clone()));
+            }
+            return;
+        }
+        match self.write_group(group) {
+            Ok(outcomes) => self.publish_and_complete(group, outcomes),
+            Err(e) => {
+                self.rollback();
+                let error = error_of(&e);
+                for job in group.drain(..) {
+                    (job.done)(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    fn writer_index(&mut self, topic: &str, queue_id: u32) -> io::Result<usize> {
+        if let Some(i) = self.writer_of.get(topic).and_then(|m| m.get(&queue_id)) {
+            return Ok(*i);
+        }
+        let queue = self.shared.queue_or_create(topic, queue_id)?;
+        let next_offset = queue.bounds().1;
+        self.writers.push(QueueWriter {
+            queue,
+            next_offset,
+            pending: Vec::new(),
+            pending_first: 0,
+            touched: false,
+        });
+        let i = self.writers.len() - 1;
+        self.writer_of
+            .entry(topic.to_string())
+            .or_default()
+            .insert(queue_id, i);
+        Ok(i)
+    }
+
+    /// Lays out and writes the group; returns each request's entries and leaves `position`
+    /// and the segment unchanged until the caller publishes.
+    fn write_group(&mut self, group: &[AppendJob]) -> io::Result<Vec<Vec<Appended>>> {
+        let segment_bytes = self.shared.config.segment_bytes;
+        self.buf.clear();
+        self.chunks.clear();
+        self.keys.clear();
+        let mut position = self.position;
+        let mut base = self.segment_base;
+        let mut chunk_start = 0;
+        let mut outcomes = Vec::with_capacity(group.len());
+        for job in group {
+            let total: u64 = job
+                .request
+                .records
+                .iter()
+                .map(|r| r.bytes.len() as u64)
+                .sum();
+            if position + total + BLANK_BYTES > base + segment_bytes {
+                self.buf
+                    .extend_from_slice(&record::blank_marker(base + segment_bytes - position));
+                self.chunks.push(Chunk {
+                    base,
+                    file_offset: self.position.max(base) - base,
+                    buf_start: chunk_start,
+                    buf_end: self.buf.len(),
+                });
+                chunk_start = self.buf.len();
+                base += segment_bytes;
+                position = base;
+            }
+            let mut entries = Vec::with_capacity(job.request.records.len());
+            for r in &job.request.records {
+                let w = self.writer_index(&r.topic, r.queue_id)?;
+                let writer = &mut self.writers[w];
+                let offset = writer.next_offset;
+                writer.next_offset += 1;
+                if !writer.touched {
+                    writer.touched = true;
+                    writer.pending.clear();
+                    writer.pending_first = offset;
+                    self.touched.push(w);
+                }
+                let size = r.bytes.len() as u32;
+                writer.pending.extend_from_slice(
+                    &Entry {
+                        position,
+                        size,
+                        tags_code: r.tags_code,
+                    }
+                    .encode(),
+                );
+                let start = self.buf.len();
+                self.buf.extend_from_slice(&r.bytes);
+                record::patch_offsets(&mut self.buf[start..], offset, position);
+                for key in &r.keys {
+                    self.keys.push(KeyEntry {
+                        key_hash: record::index_key_hash(&r.topic, key),
+                        position,
+                        store_timestamp_ms: r.store_timestamp_ms,
+                    });
+                }
+                entries.push(Appended {
+                    queue_offset: offset,
+                    position,
+                    size,
+                });
+                position += u64::from(size);
+            }
+            outcomes.push(entries);
+        }
+        if self.buf.len() > chunk_start {
+            self.chunks.push(Chunk {
+                base,
+                file_offset: position - base - (self.buf.len() - chunk_start) as u64,
+                buf_start: chunk_start,
+                buf_end: self.buf.len(),
+            });
+        }
+        self.write_chunks()?;
+        for &w in &self.touched {
+            let writer = &self.writers[w];
+            writer
+                .queue
+                .write_entries(writer.pending_first, &writer.pending)?;
+        }
+        self.shared.index.add(&self.keys)?;
+        assert!(
+            position - base < segment_bytes,
+            "a segment always keeps room for its end marker"
+        );
+        self.position = position;
+        Ok(outcomes)
+    }
+
+    fn write_chunks(&mut self) -> io::Result<()> {
+        for chunk in &self.chunks {
+            let file = match &self.segment_file {
+                Some(file) if chunk.base == self.segment_base => Arc::clone(file),
+                _ => {
+                    let file = self.shared.segments.create(chunk.base)?;
+                    self.segment_base = chunk.base;
+                    self.segment_file = Some(Arc::clone(&file));
+                    file
+                }
+            };
+            file.write_all_at(&self.buf[chunk.buf_start..chunk.buf_end], chunk.file_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Undoes a failed group: files back to the published state, offsets handed out again.
+    fn rollback(&mut self) {
+        let published = self.shared.written_position.load(Ordering::Acquire);
+        let segment_bytes = self.shared.config.segment_bytes;
+        let mut failures = Vec::new();
+        // Segments created by this group start past the published position.
+        while self.segment_file.is_some() && self.segment_base > published {
+            if let Err(e) = self.shared.segments.remove(self.segment_base) {
+                failures.push(e.to_string());
+            }
+            self.segment_base -= segment_bytes;
+            self.segment_file = self.shared.segments.find(self.segment_base).map(|(_, f)| f);
+        }
+        if self.segment_base > published {
+            self.segment_base = published;
+        }
+        if let Some(file) = &self.segment_file {
+            if let Err(e) = file.set_len(published - self.segment_base) {
+                failures.push(e.to_string());
+            }
+        }
+        for &w in &self.touched {
+            let writer = &mut self.writers[w];
+            let published_offset = writer.queue.bounds().1;
+            writer.next_offset = published_offset;
+            writer.touched = false;
+            if let Err(e) = writer.queue.discard_from(published_offset) {
+                failures.push(e.to_string());
+            }
+        }
+        self.touched.clear();
+        self.position = published;
+        if !failures.is_empty() {
+            self.broken = Some(format!(
+                "rolling back a failed append failed ({}); reopen the store to recover",
+                failures.join("; ")
+            ));
+        }
+    }
+
+    fn publish_and_complete(&mut self, group: &mut Vec<AppendJob>, outcomes: Vec<Vec<Appended>>) {
+        let shared = &self.shared;
+        let bytes = self.buf.len() as u64;
+        let messages: usize = outcomes.iter().map(Vec::len).sum();
+        shared
+            .written_position
+            .store(self.position, Ordering::Release);
+        for &w in &self.touched {
+            let writer = &self.writers[w];
+            writer.queue.publish(writer.next_offset);
+        }
+        shared
+            .messages_appended
+            .fetch_add(messages as u64, Ordering::Relaxed);
+        shared.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
+        let listener = shared
+            .listener
+            .read()
+            .expect("listener lock poisoned")
+            .clone();
+        for &w in &self.touched {
+            let writer = &mut self.writers[w];
+            writer.touched = false;
+            if let Some(listener) = &listener {
+                listener(
+                    &writer.queue.topic,
+                    writer.queue.queue_id,
+                    writer.next_offset,
+                );
+            }
+        }
+        self.touched.clear();
+        let jobs = group.drain(..).zip(outcomes);
+        match &self.sync {
+            None => {
+                for (job, entries) in jobs {
+                    (job.done)(Ok(AppendOutcome {
+                        entries,
+                        flush: FlushStatus::Ok,
+                    }));
+                }
+            }
+            Some((sender, timeout)) => {
+                let batch = SyncBatch {
+                    end_position: self.position,
+                    deadline: Instant::now() + *timeout,
+                    completions: jobs
+                        .map(|(job, entries)| {
+                            (
+                                job.done,
+                                AppendOutcome {
+                                    entries,
+                                    flush: FlushStatus::Ok,
+                                },
+                            )
+                        })
+                        .collect(),
+                };
+                if let Err(returned) = sender.send(batch) {
+                    // The flusher is gone (shutting down): the data is written but unflushed.
+                    for (done, mut outcome) in returned.0.completions {
+                        outcome.flush = FlushStatus::TimedOut;
+                        done(Ok(outcome));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn job_bytes(job: &AppendJob) -> usize {
+    job.request.records.iter().map(|r| r.bytes.len()).sum()
+}
+
+const _: () = assert!(ENTRY_BYTES == 20);

@@ -1,0 +1,162 @@
+//! The checkpoint: how far the CommitLog, and the ConsumeQueues plus index, are known durable.
+//!
+//! Layout, 48 bytes, big-endian:
+//!
+//! | byte | field                              |
+//! |------|------------------------------------|
+//! | 0    | magic `QVCP` (u32)                 |
+//! | 4    | format version = 1 (u32)           |
+//! | 8    | CommitLog flushed position (u64)   |
+//! | 16   | dispatched-and-flushed position (u64): every record below it has its ConsumeQueue and index entries fsynced |
+//! | 24   | CommitLog flush time, ms since the epoch (i64) |
+//! | 32   | dispatch flush time, ms since the epoch (i64)  |
+//! | 40   | CRC32 of bytes 0..40 (u32)         |
+//! | 44   | zero (u32)                         |
+//!
+//! It is replaced atomically: written to `<path>.tmp`, fsynced, renamed over, directory fsynced.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+
+pub const CHECKPOINT_BYTES: usize = 48;
+const MAGIC: u32 = u32::from_be_bytes(*b"QVCP");
+const VERSION: u32 = 1;
+const CRC_AT: usize = 40;
+const _: () = assert!(CRC_AT + 8 == CHECKPOINT_BYTES);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub commitlog_flushed_position: u64,
+    pub dispatched_flushed_position: u64,
+    pub commitlog_flushed_ms: i64,
+    pub dispatched_flushed_ms: i64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckpointError {
+    #[error("checkpoint is {actual_bytes} bytes, expected {CHECKPOINT_BYTES}")]
+    WrongSize { actual_bytes: usize },
+    #[error("checkpoint has magic {magic:#010x} version {version}")]
+    UnknownFormat { magic: u32, version: u32 },
+    #[error("checkpoint CRC {stored:#010x} does not match its contents ({computed:#010x})")]
+    CrcMismatch { stored: u32, computed: u32 },
+}
+
+impl Checkpoint {
+    pub fn encode(&self) -> [u8; CHECKPOINT_BYTES] {
+        let mut out = [0u8; CHECKPOINT_BYTES];
+        out[0..4].copy_from_slice(&MAGIC.to_be_bytes());
+        out[4..8].copy_from_slice(&VERSION.to_be_bytes());
+        out[8..16].copy_from_slice(&self.commitlog_flushed_position.to_be_bytes());
+        out[16..24].copy_from_slice(&self.dispatched_flushed_position.to_be_bytes());
+        out[24..32].copy_from_slice(&self.commitlog_flushed_ms.to_be_bytes());
+        out[32..40].copy_from_slice(&self.dispatched_flushed_ms.to_be_bytes());
+        let crc = crc32fast::hash(&out[..CRC_AT]);
+        out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        if bytes.len() != CHECKPOINT_BYTES {
+            return Err(CheckpointError::WrongSize {
+                actual_bytes: bytes.len(),
+            });
+        }
+        let u32_at = |at: usize| {
+            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        let u64_at = |at: usize| (u64::from(u32_at(at)) << 32) | u64::from(u32_at(at + 4));
+        let (magic, version) = (u32_at(0), u32_at(4));
+        if magic != MAGIC || version != VERSION {
+            return Err(CheckpointError::UnknownFormat { magic, version });
+        }
+        let stored = u32_at(CRC_AT);
+        let computed = crc32fast::hash(&bytes[..CRC_AT]);
+        if stored != computed {
+            return Err(CheckpointError::CrcMismatch { stored, computed });
+        }
+        Ok(Checkpoint {
+            commitlog_flushed_position: u64_at(8),
+            dispatched_flushed_position: u64_at(16),
+            commitlog_flushed_ms: u64_at(24) as i64,
+            dispatched_flushed_ms: u64_at(32) as i64,
+        })
+    }
+}
+
+/// Reads the checkpoint; `Ok(None)` when there is none.
+pub fn read(path: &Path) -> io::Result<Option<Result<Checkpoint, CheckpointError>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(Checkpoint::decode(&bytes))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn write(path: &Path, checkpoint: &Checkpoint) -> io::Result<()> {
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = Path::new(&tmp_name);
+    {
+        let mut file = File::create(tmp)?;
+        file.write_all(&checkpoint.encode())?;
+        file.sync_all()?;
+    }
+    std::fs::rename(tmp, path)?;
+    sync_parent_dir(path)
+}
+
+/// Makes a rename or a new file durable: the directory entry lives in the parent.
+pub fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
+        _ => Ok(()),
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_any_flipped_bit() {
+        let c = Checkpoint {
+            commitlog_flushed_position: 1 << 40,
+            dispatched_flushed_position: 12345,
+            commitlog_flushed_ms: 1_700_000_000_000,
+            dispatched_flushed_ms: -1,
+        };
+        let bytes = c.encode();
+        assert_eq!(Checkpoint::decode(&bytes), Ok(c));
+        for at in 0..CRC_AT + 4 {
+            let mut flipped = bytes;
+            flipped[at] ^= 0x10;
+            assert!(
+                Checkpoint::decode(&flipped).is_err(),
+                "flip at {at} accepted"
+            );
+        }
+        assert!(Checkpoint::decode(&bytes[..40]).is_err());
+    }
+
+    #[test]
+    fn write_replaces_atomically() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("checkpoint");
+        assert_eq!(read(&path).expect("read"), None);
+        let c = Checkpoint {
+            commitlog_flushed_position: 7,
+            ..Checkpoint::default()
+        };
+        write(&path, &c).expect("write");
+        assert_eq!(read(&path).expect("read"), Some(Ok(c)));
+        assert!(!dir.path().join("checkpoint.tmp").exists());
+    }
+}

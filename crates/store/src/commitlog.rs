@@ -1,0 +1,212 @@
+//! CommitLog segments: naming, the open file handles readers share, and fsync.
+//!
+//! A segment is one file named by its start position (20 zero-padded digits). Its length is the
+//! number of bytes written so far; nothing is pre-allocated. Handles stay open for the life of
+//! the store so that a read is one lookup under a short lock plus one positional read.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::types::{OpenError, ReadError};
+
+pub const SEGMENT_NAME_DIGITS: usize = 20;
+
+pub fn segment_name(base: u64) -> String {
+    format!("{base:020}")
+}
+
+/// The start position a segment (or ConsumeQueue) file name stands for.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+pub struct Segments {
+    dir: PathBuf,
+    segment_bytes: u64,
+    files: RwLock<BTreeMap<u64, Arc<File>>>,
+}
+
+pub fn open_read_write(path: &Path, create: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)
+}
+
+impl Segments {
+    /// Lists and opens the segments; their bases must follow each other by `segment_bytes`.
+    pub fn open(dir: &Path, segment_bytes: u64) -> Result<Segments, OpenError> {
+        std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| OpenError::io(dir, &e))? {
+            let entry = entry.map_err(|e| OpenError::io(dir, &e))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            match parse_segment_name(&name) {
+                Some(base) => bases.push(base),
+                None => {
+                    return Err(OpenError::Corrupt {
+                        path: entry.path().display().to_string(),
+                        position: 0,
+                        reason: "not a CommitLog segment name (20 digits)".to_string(),
+                    })
+                }
+            }
+        }
+        bases.sort_unstable();
+        let mut files = BTreeMap::new();
+        for (i, base) in bases.iter().enumerate() {
+            let path = dir.join(segment_name(*base));
+            if i > 0 && bases[i - 1] + segment_bytes != *base {
+                return Err(OpenError::Corrupt {
+                    path: path.display().to_string(),
+                    position: 0,
+                    reason: format!(
+                        "segment does not follow {} (segment size {segment_bytes}): a segment is missing",
+                        segment_name(bases[i - 1])
+                    ),
+                });
+            }
+            let file = open_read_write(&path, false).map_err(|e| OpenError::io(&path, &e))?;
+            let length = file.metadata().map_err(|e| OpenError::io(&path, &e))?.len();
+            // The last segment may carry a torn tail past its size; recovery cuts it.
+            if length > segment_bytes && i + 1 < bases.len() {
+                return Err(OpenError::Corrupt {
+                    path: path.display().to_string(),
+                    position: segment_bytes,
+                    reason: format!("segment is longer than the segment size {segment_bytes}"),
+                });
+            }
+            files.insert(*base, Arc::new(file));
+        }
+        Ok(Segments {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            files: RwLock::new(files),
+        })
+    }
+
+    pub fn path(&self, base: u64) -> PathBuf {
+        self.dir.join(segment_name(base))
+    }
+
+    /// The segment holding `position`, if it exists.
+    pub fn find(&self, position: u64) -> Option<(u64, Arc<File>)> {
+        let files = self.files.read().expect("segment map lock poisoned");
+        let (base, file) = files.range(..=position).next_back()?;
+        (position < base + self.segment_bytes).then(|| (*base, Arc::clone(file)))
+    }
+
+    pub fn bases(&self) -> Vec<u64> {
+        let files = self.files.read().expect("segment map lock poisoned");
+        files.keys().copied().collect()
+    }
+
+    pub fn first_base(&self) -> Option<u64> {
+        let files = self.files.read().expect("segment map lock poisoned");
+        files.keys().next().copied()
+    }
+
+    pub fn last(&self) -> Option<(u64, Arc<File>)> {
+        let files = self.files.read().expect("segment map lock poisoned");
+        files.iter().next_back().map(|(b, f)| (*b, Arc::clone(f)))
+    }
+
+    /// Creates an empty segment at `base` and makes it visible to readers.
+    pub fn create(&self, base: u64) -> io::Result<Arc<File>> {
+        let path = self.path(base);
+        let file = Arc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?,
+        );
+        let mut files = self.files.write().expect("segment map lock poisoned");
+        files.insert(base, Arc::clone(&file));
+        Ok(file)
+    }
+
+    /// Forgets and deletes a segment created by a group whose write failed.
+    pub fn remove(&self, base: u64) -> io::Result<()> {
+        self.files
+            .write()
+            .expect("segment map lock poisoned")
+            .remove(&base);
+        std::fs::remove_file(self.path(base))
+    }
+
+    /// Reads `buf.len()` bytes at `position`; the range must lie in one segment.
+    pub fn read_at(&self, position: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        let (base, file) = self.find(position).ok_or(ReadError::NoRecord(position))?;
+        file.read_exact_at(buf, position - base)
+            .map_err(|e| ReadError::io(&self.path(base), &e))
+    }
+
+    /// fsyncs every segment that holds bytes in [from, to).
+    pub fn sync_range(&self, from: u64, to: u64) -> io::Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let targets: Vec<Arc<File>> = {
+            let files = self.files.read().expect("segment map lock poisoned");
+            files
+                .range(..to)
+                .filter(|(base, _)| **base + self.segment_bytes > from)
+                .map(|(_, f)| Arc::clone(f))
+                .collect()
+        };
+        for file in targets {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_are_twenty_digits_and_round_trip() {
+        assert_eq!(segment_name(0), "00000000000000000000");
+        assert_eq!(segment_name(1 << 30), "00000000001073741824");
+        assert_eq!(parse_segment_name("00000000001073741824"), Some(1 << 30));
+        assert_eq!(parse_segment_name("0000000000107374182"), None);
+        assert_eq!(parse_segment_name("0000000000107374182x"), None);
+        assert_eq!(parse_segment_name("+0000000000107374182"), None);
+    }
+
+    #[test]
+    fn a_missing_segment_is_reported_with_its_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(segment_name(0)), b"").expect("write");
+        std::fs::write(dir.path().join(segment_name(8192)), b"").expect("write");
+        match Segments::open(dir.path(), 4096) {
+            Err(OpenError::Corrupt { path, .. }) => assert!(path.ends_with(&segment_name(8192))),
+            other => panic!("expected Corrupt, got {:?}", other.err()),
+        }
+    }
+
+    #[test]
+    fn find_maps_positions_to_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let segments = Segments::open(dir.path(), 4096).expect("open");
+        segments.create(0).expect("create");
+        segments.create(4096).expect("create");
+        assert_eq!(segments.find(0).map(|s| s.0), Some(0));
+        assert_eq!(segments.find(4095).map(|s| s.0), Some(0));
+        assert_eq!(segments.find(4096).map(|s| s.0), Some(4096));
+        assert_eq!(segments.find(8192).map(|s| s.0), None);
+    }
+}

@@ -1,0 +1,332 @@
+//! ConsumeQueue: per (topic, queue) an array of fixed 20-byte entries, entry n at byte n × 20.
+//!
+//! Entry layout (big-endian, RocketMQ's): CommitLog position i64 | record size i32 | tagsCode i64.
+//! Files hold `entries_per_file` entries and are named by their start byte offset (20 digits).
+//! Only the appender writes; readers see entries below the published `max_offset`, which the
+//! appender raises after the bytes are in the file.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::commitlog::{open_read_write, parse_segment_name, segment_name};
+
+pub const ENTRY_BYTES: usize = 20;
+const _: () = assert!(ENTRY_BYTES == 8 + 4 + 8);
+
+/// How many entries a backwards scan reads at once while trimming a torn tail.
+const TRIM_CHUNK_ENTRIES: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub position: u64,
+    pub size: u32,
+    pub tags_code: i64,
+}
+
+impl Entry {
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut out = [0u8; ENTRY_BYTES];
+        out[0..8].copy_from_slice(&self.position.to_be_bytes());
+        out[8..12].copy_from_slice(&self.size.to_be_bytes());
+        out[12..20].copy_from_slice(&self.tags_code.to_be_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Entry {
+        assert!(
+            bytes.len() >= ENTRY_BYTES,
+            "a ConsumeQueue entry is 20 bytes"
+        );
+        let mut position = [0u8; 8];
+        position.copy_from_slice(&bytes[0..8]);
+        let mut size = [0u8; 4];
+        size.copy_from_slice(&bytes[8..12]);
+        let mut tags = [0u8; 8];
+        tags.copy_from_slice(&bytes[12..20]);
+        Entry {
+            position: u64::from_be_bytes(position),
+            size: u32::from_be_bytes(size),
+            tags_code: i64::from_be_bytes(tags),
+        }
+    }
+}
+
+pub struct ConsumeQueue {
+    pub topic: String,
+    pub queue_id: u32,
+    dir: PathBuf,
+    entries_per_file: u64,
+    /// File number (offset / entries_per_file) → handle.
+    files: RwLock<BTreeMap<u64, Arc<File>>>,
+    min_offset: AtomicU64,
+    max_offset: AtomicU64,
+    /// Entries below this are fsynced; only the checkpoint writer touches it.
+    flushed_offset: AtomicU64,
+}
+
+impl ConsumeQueue {
+    /// Opens the queue's directory, creating it if needed, and its files.
+    pub fn open(
+        root: &Path,
+        topic: &str,
+        queue_id: u32,
+        entries_per_file: u64,
+    ) -> io::Result<ConsumeQueue> {
+        assert!(entries_per_file > 0, "entries_per_file must be positive");
+        let dir = root.join(topic).join(queue_id.to_string());
+        std::fs::create_dir_all(&dir)?;
+        let file_bytes = entries_per_file * ENTRY_BYTES as u64;
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            // Stray files (editor backups, temp files) are not ours to judge; skip them.
+            let Some(start_byte) = parse_segment_name(&name.to_string_lossy()) else {
+                continue;
+            };
+            if start_byte % file_bytes != 0 {
+                continue;
+            }
+            let file = open_read_write(&entry.path(), false)?;
+            files.insert(start_byte / file_bytes, Arc::new(file));
+        }
+        let queue = ConsumeQueue {
+            topic: topic.to_string(),
+            queue_id,
+            dir,
+            entries_per_file,
+            files: RwLock::new(files),
+            min_offset: AtomicU64::new(0),
+            max_offset: AtomicU64::new(0),
+            flushed_offset: AtomicU64::new(0),
+        };
+        Ok(queue)
+    }
+
+    fn file_path(&self, file_number: u64) -> PathBuf {
+        self.dir.join(segment_name(
+            file_number * self.entries_per_file * ENTRY_BYTES as u64,
+        ))
+    }
+
+    fn file(&self, file_number: u64) -> Option<Arc<File>> {
+        let files = self.files.read().expect("consume queue lock poisoned");
+        files.get(&file_number).cloned()
+    }
+
+    fn file_for_write(&self, file_number: u64) -> io::Result<Arc<File>> {
+        if let Some(file) = self.file(file_number) {
+            return Ok(file);
+        }
+        let file = Arc::new(open_read_write(&self.file_path(file_number), true)?);
+        let mut files = self.files.write().expect("consume queue lock poisoned");
+        Ok(Arc::clone(files.entry(file_number).or_insert(file)))
+    }
+
+    /// Writes encoded entries starting at `first_offset`: one write per file touched.
+    pub fn write_entries(&self, first_offset: u64, mut bytes: &[u8]) -> io::Result<()> {
+        assert_eq!(bytes.len() % ENTRY_BYTES, 0, "whole entries only");
+        let mut offset = first_offset;
+        while !bytes.is_empty() {
+            let file_number = offset / self.entries_per_file;
+            let in_file = offset % self.entries_per_file;
+            let count = ((self.entries_per_file - in_file) as usize).min(bytes.len() / ENTRY_BYTES);
+            let (now, rest) = bytes.split_at(count * ENTRY_BYTES);
+            self.file_for_write(file_number)?
+                .write_all_at(now, in_file * ENTRY_BYTES as u64)?;
+            bytes = rest;
+            offset += count as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads `count` entries from `offset` into `out` (replacing its contents).
+    pub fn read_entries(&self, offset: u64, count: u64, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        out.resize(count as usize * ENTRY_BYTES, 0);
+        let mut done = 0u64;
+        while done < count {
+            let at = offset + done;
+            let file_number = at / self.entries_per_file;
+            let in_file = at % self.entries_per_file;
+            let n = (self.entries_per_file - in_file).min(count - done);
+            let file = self.file(file_number).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{} is missing", self.file_path(file_number).display()),
+                )
+            })?;
+            let range = done as usize * ENTRY_BYTES..(done + n) as usize * ENTRY_BYTES;
+            file.read_exact_at(&mut out[range], in_file * ENTRY_BYTES as u64)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    pub fn entry(&self, offset: u64) -> io::Result<Entry> {
+        let mut buf = Vec::with_capacity(ENTRY_BYTES);
+        self.read_entries(offset, 1, &mut buf)?;
+        Ok(Entry::decode(&buf))
+    }
+
+    pub fn path_for(&self, offset: u64) -> PathBuf {
+        self.file_path(offset / self.entries_per_file)
+    }
+
+    pub fn bounds(&self) -> (u64, u64) {
+        // max first: min only grows, so a min read later can never exceed this max.
+        let max = self.max_offset.load(Ordering::Acquire);
+        let min = self.min_offset.load(Ordering::Acquire);
+        (min.min(max), max)
+    }
+
+    /// Makes entries below `max_offset` visible to readers; only the appender calls it.
+    pub fn publish(&self, max_offset: u64) {
+        self.max_offset.store(max_offset, Ordering::Release);
+    }
+
+    /// fsyncs the files holding entries written since the last call.
+    pub fn flush(&self) -> io::Result<()> {
+        let max = self.max_offset.load(Ordering::Acquire);
+        let flushed = self.flushed_offset.load(Ordering::Acquire);
+        if flushed >= max {
+            return Ok(());
+        }
+        let first_file = flushed / self.entries_per_file;
+        let last_file = (max - 1) / self.entries_per_file;
+        for file_number in first_file..=last_file {
+            if let Some(file) = self.file(file_number) {
+                file.sync_data()?;
+            }
+        }
+        self.flushed_offset.store(max, Ordering::Release);
+        Ok(())
+    }
+
+    /// Removes entries at `offset` and beyond (after a failed append, so that no stale entry
+    /// survives to be taken for a real one by recovery).
+    pub fn discard_from(&self, offset: u64) -> io::Result<()> {
+        let keep_file = offset / self.entries_per_file;
+        let mut files = self.files.write().expect("consume queue lock poisoned");
+        let later: Vec<u64> = files.range(keep_file + 1..).map(|(n, _)| *n).collect();
+        for file_number in later {
+            files.remove(&file_number);
+            std::fs::remove_file(self.file_path(file_number))?;
+        }
+        if let Some(file) = files.get(&keep_file) {
+            file.set_len((offset % self.entries_per_file) * ENTRY_BYTES as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Recovery step 5: drops entries that point at or past `commitlog_end` and torn or zero
+    /// entries at the tail, then sets min and max. Returns how many entries were dropped.
+    pub fn trim(&self, commitlog_end: u64) -> io::Result<u64> {
+        let mut files = self.files.write().expect("consume queue lock poisoned");
+        let mut dropped = 0u64;
+        let mut max_offset = None;
+        let numbers: Vec<u64> = files.keys().rev().copied().collect();
+        let mut buf = Vec::new();
+        for file_number in numbers {
+            let file = Arc::clone(&files[&file_number]);
+            let entries = file.metadata()?.len() / ENTRY_BYTES as u64;
+            let mut end = entries.min(self.entries_per_file);
+            let mut last_valid = None;
+            while end > 0 && last_valid.is_none() {
+                let start = end.saturating_sub(TRIM_CHUNK_ENTRIES);
+                buf.clear();
+                buf.resize((end - start) as usize * ENTRY_BYTES, 0);
+                file.read_exact_at(&mut buf, start * ENTRY_BYTES as u64)?;
+                for i in (0..end - start).rev() {
+                    let e = Entry::decode(&buf[i as usize * ENTRY_BYTES..]);
+                    if e.size > 0 && e.position.saturating_add(u64::from(e.size)) <= commitlog_end {
+                        last_valid = Some(start + i);
+                        break;
+                    }
+                }
+                end = start;
+            }
+            let first_offset = file_number * self.entries_per_file;
+            match last_valid {
+                Some(i) => {
+                    dropped += entries.saturating_sub(i + 1);
+                    file.set_len((i + 1) * ENTRY_BYTES as u64)?;
+                    max_offset = Some(first_offset + i + 1);
+                    break;
+                }
+                None if files.len() > 1 => {
+                    dropped += entries;
+                    files.remove(&file_number);
+                    std::fs::remove_file(self.file_path(file_number))?;
+                }
+                None => {
+                    dropped += entries;
+                    file.set_len(0)?;
+                    max_offset = Some(first_offset);
+                }
+            }
+        }
+        let min_offset = files.keys().next().map_or(0, |n| n * self.entries_per_file);
+        let max_offset = max_offset.unwrap_or(min_offset);
+        self.min_offset.store(min_offset, Ordering::Release);
+        self.max_offset.store(max_offset, Ordering::Release);
+        self.flushed_offset.store(0, Ordering::Release);
+        Ok(dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_layout_is_position_size_tags() {
+        let e = Entry {
+            position: 0x0102_0304_0506_0708,
+            size: 0x0A0B_0C0D,
+            tags_code: -2,
+        };
+        let bytes = e.encode();
+        assert_eq!(&bytes[0..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&bytes[8..12], &[0x0A, 0x0B, 0x0C, 0x0D]);
+        assert_eq!(
+            &bytes[12..20],
+            &[0xFF; 7].iter().chain(&[0xFE]).copied().collect::<Vec<_>>()[..]
+        );
+        assert_eq!(Entry::decode(&bytes), e);
+    }
+
+    #[test]
+    fn entries_span_files_named_by_start_byte() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let q = ConsumeQueue::open(dir.path(), "T", 0, 3).expect("open");
+        let mut bytes = Vec::new();
+        for i in 0..7u64 {
+            bytes.extend_from_slice(
+                &Entry {
+                    position: i * 100,
+                    size: 100,
+                    tags_code: 0,
+                }
+                .encode(),
+            );
+        }
+        q.write_entries(0, &bytes).expect("write");
+        q.publish(7);
+        assert!(dir.path().join("T/0").join(segment_name(60)).exists());
+        assert!(dir.path().join("T/0").join(segment_name(120)).exists());
+        let mut out = Vec::new();
+        q.read_entries(2, 5, &mut out).expect("read");
+        assert_eq!(Entry::decode(&out[0..]).position, 200);
+        assert_eq!(Entry::decode(&out[4 * ENTRY_BYTES..]).position, 600);
+        // Entries at or past a CommitLog end of 450 are dropped: offsets 0..4 remain.
+        assert_eq!(q.trim(450).expect("trim"), 3);
+        assert_eq!(q.bounds(), (0, 4));
+        assert!(!dir.path().join("T/0").join(segment_name(120)).exists());
+    }
+}

@@ -1,0 +1,83 @@
+//! Background durability: CommitLog fsyncs and checkpoints.
+//!
+//! - Async flush: one thread wakes every `interval_ms`, fsyncs when at least `least_pages`
+//!   pages are unflushed (or every `THOROUGH_FLUSH_INTERVAL` regardless), then flushes the
+//!   ConsumeQueues and index and writes the checkpoint.
+//! - Sync flush: the flusher takes every batch of completions waiting, fsyncs once up to the
+//!   highest position among them (group commit), and completes them all. A second thread
+//!   checkpoints every `SYNC_CHECKPOINT_INTERVAL`, so that ConsumeQueue fsyncs never delay acks.
+//!
+//! Errors are not fatal here: an fsync that fails is retried on the next round, and sync
+//! requests it should have covered are completed as `TimedOut` (written, durability unknown).
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::appender::SyncBatch;
+use crate::shared::Shared;
+use crate::types::FlushStatus;
+
+pub const PAGE_BYTES: u64 = 4096;
+/// RocketMQ's flushPhysicQueueThoroughInterval.
+pub const THOROUGH_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+pub const SYNC_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
+
+pub fn run_async(shared: Arc<Shared>, stop: Receiver<()>, interval_ms: u64, least_pages: u32) {
+    let interval = Duration::from_millis(interval_ms.max(1));
+    let mut last_thorough = Instant::now();
+    loop {
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            // Closing: close() does the final flush itself, after the appender has drained.
+            _ => return,
+        }
+        let thorough = last_thorough.elapsed() >= THOROUGH_FLUSH_INTERVAL;
+        let written = shared.written_position.load(Ordering::Acquire);
+        let flushed = shared.flushed_position.load(Ordering::Acquire);
+        let unflushed_bytes = written.saturating_sub(flushed);
+        if unflushed_bytes > 0
+            && (thorough || unflushed_bytes >= u64::from(least_pages) * PAGE_BYTES)
+            && shared.flush_commitlog(written).is_err()
+        {
+            continue;
+        }
+        if thorough {
+            last_thorough = Instant::now();
+        }
+        // A failed checkpoint leaves the previous one, which is still true; retry next round.
+        let _ = shared.write_checkpoint();
+    }
+}
+
+pub fn run_sync(shared: Arc<Shared>, batches: Receiver<SyncBatch>) {
+    let mut pending = Vec::new();
+    // Ends when the appender has gone, after completing what it handed over.
+    while let Ok(first) = batches.recv() {
+        pending.push(first);
+        while let Ok(batch) = batches.try_recv() {
+            pending.push(batch);
+        }
+        let target = pending.iter().map(|b| b.end_position).max().unwrap_or(0);
+        let flushed = shared.flush_commitlog(target).is_ok();
+        let now = Instant::now();
+        for batch in pending.drain(..) {
+            let flush = if flushed && now <= batch.deadline {
+                FlushStatus::Ok
+            } else {
+                FlushStatus::TimedOut
+            };
+            for (done, mut outcome) in batch.completions {
+                outcome.flush = flush;
+                done(Ok(outcome));
+            }
+        }
+    }
+}
+
+pub fn run_checkpointer(shared: Arc<Shared>, stop: Receiver<()>) {
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(SYNC_CHECKPOINT_INTERVAL) {
+        let _ = shared.write_checkpoint();
+    }
+}

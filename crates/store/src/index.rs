@@ -1,0 +1,345 @@
+//! The key index, in RocketMQ's IndexFile format (wire spec §6.5).
+//!
+//! A chain of index files (layout in `index_file`); the newest one takes new entries.
+//!
+//! The active file keeps its slots in memory as atomics: the appender writes the entries to the
+//! file first and then stores the slot, so a reader that sees a slot finds its entry on disk.
+//! Slots and the header reach the file when the checkpoint flushes (or the file is sealed),
+//! which keeps the append path at one write per group. After a crash the on-disk slots may point
+//! at entries past the header's indexCount; `open` walks such chains back below it.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::index_file::{
+    entry_at, file_bytes, load_slots, next_name, slot_of, write_slots, zero_slots, Header,
+    IndexEntry, IndexFile, HEADER_BYTES, NAME_DIGITS,
+};
+use crate::types::{OpenError, ReadError};
+
+#[derive(Clone, Copy, Debug)]
+pub struct KeyEntry {
+    pub key_hash: i32,
+    pub position: u64,
+    pub store_timestamp_ms: i64,
+}
+
+struct Writer {
+    active: Option<Arc<IndexFile>>,
+    header: Header,
+    dirty_slots: Vec<u32>,
+    staged: Vec<u8>,
+    overlay: HashMap<u32, u32>,
+    sealed_unsynced: Vec<Arc<IndexFile>>,
+    last_name: u64,
+}
+
+pub struct Index {
+    dir: PathBuf,
+    slots: u32,
+    entries_max: u32,
+    files: RwLock<Vec<Arc<IndexFile>>>,
+    writer: Mutex<Writer>,
+}
+
+impl Index {
+    pub fn open(
+        dir: &Path,
+        slots: u32,
+        entries_max: u32,
+        problems: &mut Vec<String>,
+    ) -> Result<Index, OpenError> {
+        assert!(
+            slots > 0 && entries_max >= 2,
+            "index needs slots and room for an entry"
+        );
+        std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| OpenError::io(dir, &e))? {
+            let entry = entry.map_err(|e| OpenError::io(dir, &e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) && name.len() <= 19 {
+                if let Ok(number) = name.parse::<u64>() {
+                    names.push((number, entry.path()));
+                }
+            }
+        }
+        names.sort();
+        let expected_bytes = file_bytes(slots, entries_max);
+        let mut files = Vec::new();
+        let mut headers = Vec::new();
+        for (_, path) in &names {
+            let loaded = (|| -> io::Result<Option<(File, Header)>> {
+                let file = OpenOptions::new().read(true).write(true).open(path)?;
+                if file.metadata()?.len() != expected_bytes {
+                    return Ok(None);
+                }
+                let mut b = [0u8; HEADER_BYTES as usize];
+                file.read_exact_at(&mut b, 0)?;
+                Ok(Some((file, Header::decode(&b))))
+            })()
+            .map_err(|e| OpenError::io(path, &e))?;
+            match loaded {
+                Some((file, header))
+                    if header.index_count >= 1 && header.index_count <= entries_max =>
+                {
+                    files.push(Arc::new(IndexFile {
+                        path: path.clone(),
+                        file,
+                        slots,
+                        begin_timestamp_ms: AtomicI64::new(header.begin_timestamp_ms),
+                        end_timestamp_ms: AtomicI64::new(header.end_timestamp_ms),
+                        index_count: AtomicU32::new(header.index_count),
+                        memory_slots: RwLock::new(None),
+                    }));
+                    headers.push(header);
+                }
+                _ => problems.push(format!(
+                    "{}: not an index file of {slots} slots and {entries_max} entries \
+                     ({expected_bytes} bytes) or bad header; ignored",
+                    path.display()
+                )),
+            }
+        }
+        let mut writer = Writer {
+            active: None,
+            header: Header::empty(),
+            dirty_slots: Vec::new(),
+            staged: Vec::new(),
+            overlay: HashMap::new(),
+            sealed_unsynced: Vec::new(),
+            last_name: names.last().map_or(0, |(n, _)| *n),
+        };
+        if let (Some(file), Some(header)) = (files.last(), headers.last()) {
+            if header.index_count < entries_max {
+                let (slots_memory, repaired) =
+                    load_slots(file, header).map_err(|e| OpenError::io(&file.path, &e))?;
+                *file.memory_slots.write().expect("index lock poisoned") = Some(slots_memory);
+                writer.active = Some(Arc::clone(file));
+                writer.header = *header;
+                writer.dirty_slots = repaired;
+            }
+        }
+        Ok(Index {
+            dir: dir.to_path_buf(),
+            slots,
+            entries_max,
+            files: RwLock::new(files),
+            writer: Mutex::new(writer),
+        })
+    }
+
+    /// Indexes `keys`, rolling to a new file when the active one is full.
+    pub fn add(&self, keys: &[KeyEntry]) -> io::Result<()> {
+        let mut guard = self.writer.lock().expect("index writer lock poisoned");
+        let w = &mut *guard;
+        let mut done = 0;
+        while done < keys.len() {
+            if w.active.is_none() || w.header.index_count >= self.entries_max {
+                self.roll(w)?;
+            }
+            let file = Arc::clone(w.active.as_ref().expect("roll leaves an active file"));
+            let first = w.header.index_count;
+            let n = ((self.entries_max - first) as usize).min(keys.len() - done);
+            let mut header = w.header;
+            w.staged.clear();
+            w.overlay.clear();
+            let slots_guard = file.memory_slots.read().expect("index lock poisoned");
+            let slots = slots_guard
+                .as_ref()
+                .expect("the active index file keeps its slots in memory");
+            for (j, key) in keys[done..done + n].iter().enumerate() {
+                let number = first + j as u32;
+                if number == 1 {
+                    header.begin_timestamp_ms = key.store_timestamp_ms;
+                    header.begin_position = key.position;
+                }
+                let slot = slot_of(key.key_hash, self.slots);
+                let prev = match w.overlay.get(&slot) {
+                    Some(prev) => *prev,
+                    None => slots[slot as usize].load(Ordering::Acquire),
+                };
+                let time_diff_s = ((key.store_timestamp_ms - header.begin_timestamp_ms) / 1000)
+                    .clamp(0, i64::from(i32::MAX)) as i32;
+                let entry = IndexEntry {
+                    key_hash: key.key_hash,
+                    position: key.position,
+                    time_diff_s,
+                    prev,
+                };
+                w.staged.extend_from_slice(&entry.encode());
+                w.overlay.insert(slot, number);
+                header.end_timestamp_ms = header.end_timestamp_ms.max(key.store_timestamp_ms);
+                header.end_position = key.position;
+            }
+            file.file
+                .write_all_at(&w.staged, entry_at(self.slots, first))?;
+            for (slot, number) in w.overlay.drain() {
+                if slots[slot as usize].swap(number, Ordering::AcqRel) == 0 {
+                    header.slots_used += 1;
+                }
+                w.dirty_slots.push(slot);
+            }
+            drop(slots_guard);
+            header.index_count += n as u32;
+            w.header = header;
+            file.begin_timestamp_ms
+                .store(header.begin_timestamp_ms, Ordering::Release);
+            file.end_timestamp_ms
+                .store(header.end_timestamp_ms, Ordering::Release);
+            file.index_count
+                .store(header.index_count, Ordering::Release);
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn roll(&self, w: &mut Writer) -> io::Result<()> {
+        if let Some(old) = &w.active {
+            old.seal(&w.header)?;
+        }
+        let number = next_name(w.last_name, crate::checkpoint::now_ms());
+        let path = self.dir.join(format!("{number:0NAME_DIGITS$}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        file.set_len(file_bytes(self.slots, self.entries_max))?;
+        let header = Header::empty();
+        file.write_all_at(&header.encode(), 0)?;
+        let file = Arc::new(IndexFile {
+            path,
+            file,
+            slots: self.slots,
+            begin_timestamp_ms: AtomicI64::new(0),
+            end_timestamp_ms: AtomicI64::new(0),
+            index_count: AtomicU32::new(1),
+            memory_slots: RwLock::new(Some(zero_slots(self.slots))),
+        });
+        self.files
+            .write()
+            .expect("index lock poisoned")
+            .push(Arc::clone(&file));
+        if let Some(old) = w.active.replace(file) {
+            w.sealed_unsynced.push(old);
+        }
+        w.last_name = number;
+        w.header = header;
+        w.dirty_slots.clear();
+        Ok(())
+    }
+
+    /// Writes dirty slots and the header of the active file and fsyncs what changed.
+    pub fn flush(&self) -> io::Result<()> {
+        let (active, header, mut dirty, sealed) = {
+            let mut w = self.writer.lock().expect("index writer lock poisoned");
+            (
+                w.active.clone(),
+                w.header,
+                std::mem::take(&mut w.dirty_slots),
+                std::mem::take(&mut w.sealed_unsynced),
+            )
+        };
+        for file in sealed {
+            file.file.sync_data()?;
+        }
+        let Some(file) = active else {
+            return Ok(());
+        };
+        dirty.sort_unstable();
+        dirty.dedup();
+        let result = write_slots(&file, &dirty, &header).and_then(|()| file.file.sync_data());
+        if result.is_err() {
+            // Keep them for the next attempt.
+            let mut w = self.writer.lock().expect("index writer lock poisoned");
+            w.dirty_slots.extend_from_slice(&dirty);
+        }
+        result
+    }
+
+    /// Calls `visit` with the position of each entry for `key_hash` whose time may lie in
+    /// [begin_ms, end_ms], newest first, until it returns false.
+    pub fn query(
+        &self,
+        key_hash: i32,
+        begin_ms: i64,
+        end_ms: i64,
+        visit: &mut dyn FnMut(u64) -> Result<bool, ReadError>,
+    ) -> Result<(), ReadError> {
+        let files = self.files.read().expect("index lock poisoned").clone();
+        let slot = slot_of(key_hash, self.slots);
+        for file in files.iter().rev() {
+            let count = file.index_count.load(Ordering::Acquire);
+            let begin = file.begin_timestamp_ms.load(Ordering::Acquire);
+            let end = file.end_timestamp_ms.load(Ordering::Acquire);
+            if count <= 1 || end < begin_ms || begin > end_ms {
+                continue;
+            }
+            let io_error = |e: io::Error| ReadError::io(&file.path, &e);
+            let mut number = file.slot(slot).map_err(io_error)?;
+            let mut steps = 0u32;
+            while number != 0 && number < self.entries_max && steps < self.entries_max {
+                let entry = file.entry(number).map_err(io_error)?;
+                // timeDiff is truncated to seconds: the true time is in [time, time + 1 s).
+                let time = begin + i64::from(entry.time_diff_s) * 1000;
+                if entry.key_hash == key_hash
+                    && time <= end_ms
+                    && time + 999 >= begin_ms
+                    && !visit(entry.position)?
+                {
+                    return Ok(());
+                }
+                // Chains only point backwards; anything else is a stale slot after a crash.
+                if entry.prev >= number {
+                    break;
+                }
+                number = entry.prev;
+                steps += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_survive_reopen_and_roll() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut problems = Vec::new();
+        let index = Index::open(dir.path(), 4, 5, &mut problems).expect("open");
+        let keys: Vec<KeyEntry> = (0..10u64)
+            .map(|i| KeyEntry {
+                key_hash: (i % 3) as i32,
+                position: i * 100,
+                store_timestamp_ms: 1_000_000 + i as i64 * 1000,
+            })
+            .collect();
+        index.add(&keys).expect("add");
+        let collect = |index: &Index, hash| {
+            let mut found = Vec::new();
+            index
+                .query(hash, 0, i64::MAX, &mut |p| {
+                    found.push(p);
+                    Ok(true)
+                })
+                .expect("query");
+            found
+        };
+        assert_eq!(collect(&index, 1), [700, 400, 100]);
+        index.flush().expect("flush");
+        drop(index);
+        let index = Index::open(dir.path(), 4, 5, &mut problems).expect("reopen");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(collect(&index, 1), [700, 400, 100]);
+        assert_eq!(collect(&index, 0), [900, 600, 300, 0]);
+    }
+}

@@ -1,0 +1,322 @@
+//! Quiver's storage engine: RocketMQ's CommitLog, ConsumeQueues and key index on disk,
+//! written by one appender thread in groups and read concurrently without opening files.
+//!
+//! Layers, lowest first: `record` (the stored-message layout), `commitlog` (segments),
+//! `consume_queue`, `index`, `checkpoint`; then `recovery` (open), `appender` and `flusher`
+//! (threads), `read` (the read path). This crate never uses tokio and knows nothing of the wire.
+
+mod appender;
+mod checkpoint;
+mod commitlog;
+mod consume_queue;
+mod flusher;
+mod index;
+mod index_file;
+mod read;
+pub mod record;
+mod recovery;
+mod shared;
+mod types;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use types::{
+    AppendDone, AppendError, AppendOutcome, AppendRequest, Appended, Boundary, FlushMode,
+    FlushStatus, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus, Record, RecoveryReport,
+    StoreConfig, StoreStats,
+};
+
+use appender::{AppendJob, Appender};
+pub use shared::ArrivalListener;
+use shared::Shared;
+
+/// Sync batches (one per group) that may wait for the flusher before the appender blocks;
+/// blocking there pushes back on producers through the bounded request queue.
+const SYNC_BATCHES_MAX: usize = 1024;
+
+/// The store. Cheap to clone (Arc inside); Send + Sync.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    sender: RwLock<Option<SyncSender<AppendJob>>>,
+    queued: Arc<AtomicUsize>,
+    /// Dropping these wakes and stops the timed background threads.
+    stops: Mutex<Vec<mpsc::Sender<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: Mutex<bool>,
+}
+
+impl Inner {
+    /// Stops accepting appends, lets the appender drain its queue, and joins the threads.
+    fn stop_threads(&self) {
+        self.sender.write().expect("sender lock poisoned").take();
+        self.stops.lock().expect("stop lock poisoned").clear();
+        let threads = std::mem::take(&mut *self.threads.lock().expect("thread lock poisoned"));
+        let me = std::thread::current().id();
+        for handle in threads {
+            // A callback running on a store thread may close the store; it cannot join itself.
+            if handle.thread().id() != me {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// Stops the threads but leaves the abort file: a drop without close() is a crash.
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, OpenError> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(body)
+        .map_err(|e| OpenError::Io {
+            path: format!("thread {name}"),
+            message: e.to_string(),
+        })
+}
+
+impl Store {
+    pub fn open(config: StoreConfig) -> Result<(Store, RecoveryReport), OpenError> {
+        let flush = config.flush;
+        let queue_capacity = config.append_queue_requests_max;
+        let (shared, start, report) = recovery::recover(config)?;
+        let shared = Arc::new(shared);
+        let (sender, receiver) = mpsc::sync_channel(queue_capacity);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let mut threads = Vec::new();
+        let mut stops = Vec::new();
+        let sync = match flush {
+            FlushMode::Async {
+                interval_ms,
+                least_pages,
+            } => {
+                let (stop, stopped) = mpsc::channel();
+                stops.push(stop);
+                let s = Arc::clone(&shared);
+                threads.push(spawn("quiver-store-flusher", move || {
+                    flusher::run_async(s, stopped, interval_ms, least_pages)
+                })?);
+                None
+            }
+            FlushMode::Sync { timeout_ms } => {
+                let (batch_sender, batches) = mpsc::sync_channel(SYNC_BATCHES_MAX);
+                let s = Arc::clone(&shared);
+                threads.push(spawn("quiver-store-flusher", move || {
+                    flusher::run_sync(s, batches)
+                })?);
+                let (stop, stopped) = mpsc::channel();
+                stops.push(stop);
+                let s = Arc::clone(&shared);
+                threads.push(spawn("quiver-store-checkpoint", move || {
+                    flusher::run_checkpointer(s, stopped)
+                })?);
+                Some((batch_sender, Duration::from_millis(timeout_ms)))
+            }
+        };
+        let appender = Appender::new(
+            Arc::clone(&shared),
+            receiver,
+            Arc::clone(&queued),
+            sync,
+            start.segment_base,
+            start.segment_file,
+        );
+        threads.push(spawn("quiver-store-appender", move || appender.run())?);
+        let store = Store {
+            inner: Arc::new(Inner {
+                shared,
+                sender: RwLock::new(Some(sender)),
+                queued,
+                stops: Mutex::new(stops),
+                threads: Mutex::new(threads),
+                closed: Mutex::new(false),
+            }),
+        };
+        Ok((store, report))
+    }
+
+    /// Never blocks on the disk: queues the request (Err Busy via `done` if the queue is full)
+    /// and returns; `done` runs later on a store thread (or inline for immediate errors).
+    pub fn append(&self, request: AppendRequest, done: AppendDone) {
+        if let Err(e) = appender::validate(&request, &self.inner.shared.config) {
+            return done(Err(e));
+        }
+        let sent = {
+            let sender = self.inner.sender.read().expect("sender lock poisoned");
+            match sender.as_ref() {
+                None => Err((AppendError::Closed, done)),
+                Some(sender) => {
+                    self.inner.queued.fetch_add(1, Ordering::Relaxed);
+                    match sender.try_send(AppendJob { request, done }) {
+                        Ok(()) => Ok(()),
+                        Err(TrySendError::Full(job)) => {
+                            let queued_requests =
+                                self.inner.queued.fetch_sub(1, Ordering::Relaxed) - 1;
+                            Err((AppendError::Busy { queued_requests }, job.done))
+                        }
+                        Err(TrySendError::Disconnected(job)) => {
+                            self.inner.queued.fetch_sub(1, Ordering::Relaxed);
+                            Err((AppendError::Closed, job.done))
+                        }
+                    }
+                }
+            }
+        };
+        // Outside the lock: callbacks never run under a store lock.
+        if let Err((error, done)) = sent {
+            done(Err(error));
+        }
+    }
+
+    /// Reads up to `max_messages` / `max_bytes` (at least one message if any matches) starting
+    /// at logical `offset`; `accept(tags_code)` filters ConsumeQueue entries before the
+    /// CommitLog is read. Status per wire spec §4.3.
+    pub fn read(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max_messages: u32,
+        max_bytes: u32,
+        accept: &dyn Fn(i64) -> bool,
+    ) -> Result<QueueRead, ReadError> {
+        read::read(
+            &self.inner.shared,
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            max_bytes,
+            accept,
+        )
+    }
+
+    /// Zeros for an unknown queue.
+    pub fn bounds(&self, topic: &str, queue_id: u32) -> QueueBounds {
+        let (min_offset, max_offset) = self
+            .inner
+            .shared
+            .queue(topic, queue_id)
+            .map_or((0, 0), |q| q.bounds());
+        QueueBounds {
+            min_offset,
+            max_offset,
+        }
+    }
+
+    /// Lower: the first offset stored at or after `timestamp_ms` (max_offset if none).
+    /// Upper: the last offset stored at or before it (min_offset if none). 0 for an unknown queue.
+    pub fn offset_by_time(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        timestamp_ms: i64,
+        boundary: Boundary,
+    ) -> Result<u64, ReadError> {
+        read::offset_by_time(&self.inner.shared, topic, queue_id, timestamp_ms, boundary)
+    }
+
+    /// Store time of the record at the queue's min offset; None for an empty or unknown queue.
+    pub fn earliest_time(&self, topic: &str, queue_id: u32) -> Result<Option<i64>, ReadError> {
+        read::earliest_time(&self.inner.shared, topic, queue_id)
+    }
+
+    /// The record at a CommitLog position (view by id, send-back).
+    pub fn read_record(&self, position: u64) -> Result<Vec<u8>, ReadError> {
+        read::read_record(&self.inner.shared, position)
+    }
+
+    /// Records indexed under `key` (a KEYS word or UNIQ_KEY) for `topic`, newest first, at most
+    /// `max`, with store time in [begin_ms, end_ms]; deduplicated by position; hash collisions
+    /// filtered out by checking the record's topic and keys.
+    pub fn query_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+        max: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<Vec<u8>>, ReadError> {
+        read::query_by_key(&self.inner.shared, topic, key, max, begin_ms, end_ms)
+    }
+
+    /// Called on the appender thread after each group with (topic, queue_id, new max_offset),
+    /// once per queue touched. Replaces any previous listener.
+    pub fn set_arrival_listener(&self, listener: ArrivalListener) {
+        *self
+            .inner
+            .shared
+            .listener
+            .write()
+            .expect("listener lock poisoned") = Some(listener);
+    }
+
+    /// Every (topic, queue) that has a ConsumeQueue.
+    pub fn queues(&self) -> Vec<(String, u32)> {
+        self.inner
+            .shared
+            .all_queues()
+            .iter()
+            .map(|q| (q.topic.clone(), q.queue_id))
+            .collect()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let s = &self.inner.shared;
+        StoreStats {
+            min_position: s.min_position.load(Ordering::Acquire),
+            written_position: s.written_position.load(Ordering::Acquire),
+            flushed_position: s.flushed_position.load(Ordering::Acquire),
+            messages_appended: s.messages_appended.load(Ordering::Relaxed),
+            bytes_appended: s.bytes_appended.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How many CommitLog fsync rounds have run (each may cover many requests).
+    pub fn commitlog_fsyncs(&self) -> u64 {
+        self.inner.shared.commitlog_fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// fsyncs everything written so far and writes the checkpoint, now.
+    pub fn flush(&self) -> Result<(), OpenError> {
+        let shared = &self.inner.shared;
+        let written = shared.written_position.load(Ordering::Acquire);
+        shared
+            .flush_commitlog(written)
+            .map_err(|e| OpenError::io(&shared.config.commitlog_dir, &e))?;
+        shared.write_checkpoint()
+    }
+
+    /// Stops accepting appends, completes what is queued, flushes everything, writes the
+    /// checkpoint, removes the abort file, joins the threads. Idempotent.
+    /// Do not call it from an append callback: it waits for the threads that run callbacks.
+    pub fn close(&self) -> Result<(), OpenError> {
+        let mut closed = self.inner.closed.lock().expect("close lock poisoned");
+        if *closed {
+            return Ok(());
+        }
+        self.inner.stop_threads();
+        self.flush()?;
+        let abort = &self.inner.shared.config.abort_path;
+        match std::fs::remove_file(abort) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(OpenError::io(abort, &e)),
+        }
+        checkpoint::sync_parent_dir(abort).map_err(|e| OpenError::io(abort, &e))?;
+        *closed = true;
+        Ok(())
+    }
+}

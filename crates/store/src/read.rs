@@ -1,0 +1,322 @@
+//! The read path: pulls, lookups by time, by position and by key.
+//!
+//! Readers never open files: they clone a handle under a short read lock and do positional
+//! reads. They see only what the appender has published.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
+use crate::record::{self, RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES};
+use crate::shared::Shared;
+use crate::types::{Boundary, QueueRead, ReadError, ReadStatus};
+
+/// Entries one pull scans at most when filtering (RocketMQ: 16,000 bytes of entries = 800).
+const SCAN_ENTRIES_MIN: u64 = 800;
+
+/// Records adjacent in the CommitLog, read with one call.
+struct Run {
+    start: u64,
+    bytes: u64,
+    /// Index of the run's first record in the read's list of sizes.
+    first: usize,
+}
+
+pub fn read(
+    shared: &Shared,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+    max_messages: u32,
+    max_bytes: u32,
+    accept: &dyn Fn(i64) -> bool,
+) -> Result<QueueRead, ReadError> {
+    let (queue, min, max) = match shared.queue(topic, queue_id) {
+        Some(queue) => {
+            let (min, max) = queue.bounds();
+            (Some(queue), min, max)
+        }
+        None => (None, 0, 0),
+    };
+    let answer = |status, next_offset| QueueRead {
+        status,
+        bytes: Vec::new(),
+        message_count: 0,
+        next_offset,
+        min_offset: min,
+        max_offset: max,
+    };
+    let queue = match queue {
+        Some(queue) if max > 0 => queue,
+        _ if offset == 0 => return Ok(answer(ReadStatus::NoMessageInQueue, 0)),
+        _ => return Ok(answer(ReadStatus::OffsetOverflowBadly, 0)),
+    };
+    if offset < min {
+        return Ok(answer(ReadStatus::OffsetTooSmall, min));
+    }
+    if offset == max {
+        return Ok(answer(ReadStatus::OffsetOverflowOne, offset));
+    }
+    if offset > max {
+        return Ok(answer(ReadStatus::OffsetOverflowBadly, max));
+    }
+    let max_messages = max_messages.max(1);
+    let scan = (max - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
+    let mut entries = Vec::new();
+    queue
+        .read_entries(offset, scan, &mut entries)
+        .map_err(|e| ReadError::io(&queue.path_for(offset), &e))?;
+    let mut out = Vec::new();
+    let mut count = 0u32;
+    let mut next_offset = offset;
+    let mut run: Option<Run> = None;
+    let mut sizes = Vec::new();
+    let mut taken_bytes = 0u64;
+    let mut segment_cache = None;
+    for (i, raw) in entries.chunks_exact(ENTRY_BYTES).enumerate() {
+        if count >= max_messages {
+            break;
+        }
+        let entry = Entry::decode(raw);
+        let servable = entry.size as usize >= RECORD_BYTES_MIN && !shared.is_bad(entry.position);
+        if servable && accept(entry.tags_code) {
+            if count > 0 && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
+                break;
+            }
+            match &mut run {
+                Some(r) if r.start + r.bytes == entry.position => {
+                    r.bytes += u64::from(entry.size);
+                }
+                _ => {
+                    if let Some(r) = run.take() {
+                        read_run(shared, &r, &sizes[r.first..], &mut out, &mut segment_cache)?;
+                    }
+                    run = Some(Run {
+                        start: entry.position,
+                        bytes: u64::from(entry.size),
+                        first: sizes.len(),
+                    });
+                }
+            }
+            sizes.push(entry.size);
+            taken_bytes += u64::from(entry.size);
+            count += 1;
+        }
+        next_offset = offset + i as u64 + 1;
+    }
+    if let Some(r) = run.take() {
+        read_run(shared, &r, &sizes[r.first..], &mut out, &mut segment_cache)?;
+    }
+    let status = if count > 0 {
+        ReadStatus::Found
+    } else {
+        ReadStatus::NoMatchedMessage
+    };
+    Ok(QueueRead {
+        status,
+        bytes: out,
+        message_count: count,
+        next_offset,
+        min_offset: min,
+        max_offset: max,
+    })
+}
+
+fn read_run(
+    shared: &Shared,
+    run: &Run,
+    sizes: &[u32],
+    out: &mut Vec<u8>,
+    segment_cache: &mut Option<(u64, Arc<File>)>,
+) -> Result<(), ReadError> {
+    let segment_bytes = shared.config.segment_bytes;
+    let cached = matches!(segment_cache, Some((base, _)) if *base <= run.start && run.start < *base + segment_bytes);
+    if !cached {
+        *segment_cache = Some(
+            shared
+                .segments
+                .find(run.start)
+                .ok_or(ReadError::NoRecord(run.start))?,
+        );
+    }
+    let (base, file) = segment_cache
+        .as_ref()
+        .expect("segment cache was just filled");
+    let path = shared.segments.path(*base);
+    let corrupt = |position: u64, reason: String| ReadError::Corrupt {
+        path: path.display().to_string(),
+        position: position - base,
+        reason,
+    };
+    if run.start + run.bytes > base + segment_bytes {
+        return Err(corrupt(
+            run.start,
+            "ConsumeQueue entry runs past the segment end".to_string(),
+        ));
+    }
+    let at = out.len();
+    out.resize(at + run.bytes as usize, 0);
+    file.read_exact_at(&mut out[at..], run.start - base)
+        .map_err(|e| ReadError::io(&path, &e))?;
+    // A cheap check that the entries and the log agree; the CRC is left to the consumer.
+    let mut record_at = at;
+    let mut position = run.start;
+    for size in sizes {
+        let total = record::read_i32(out, record_at).unwrap_or(-1);
+        let magic = record::read_i32(out, record_at + 4).unwrap_or(0);
+        if total != *size as i32 || !record::is_record_magic(magic) {
+            out.truncate(at);
+            return Err(corrupt(
+                position,
+                format!("ConsumeQueue says a {size}-byte record, the log has TOTALSIZE {total} MAGIC {magic:#x}"),
+            ));
+        }
+        record_at += *size as usize;
+        position += u64::from(*size);
+    }
+    Ok(())
+}
+
+fn store_timestamp(shared: &Shared, queue: &ConsumeQueue, offset: u64) -> Result<i64, ReadError> {
+    let entry = queue
+        .entry(offset)
+        .map_err(|e| ReadError::io(&queue.path_for(offset), &e))?;
+    let mut prefix = [0u8; STORE_TIMESTAMP_PREFIX_BYTES];
+    let n = (entry.size as usize).min(STORE_TIMESTAMP_PREFIX_BYTES);
+    shared.segments.read_at(entry.position, &mut prefix[..n])?;
+    record::store_timestamp_from_prefix(&prefix[..n]).ok_or(ReadError::NoRecord(entry.position))
+}
+
+/// Lower: the first offset stored at or after `timestamp_ms` (max if none).
+/// Upper: the last offset stored at or before it (min if none).
+pub fn offset_by_time(
+    shared: &Shared,
+    topic: &str,
+    queue_id: u32,
+    timestamp_ms: i64,
+    boundary: Boundary,
+) -> Result<u64, ReadError> {
+    let Some(queue) = shared.queue(topic, queue_id) else {
+        return Ok(0);
+    };
+    let (min, max) = queue.bounds();
+    let (mut lo, mut hi) = (min, max);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let time = store_timestamp(shared, &queue, mid)?;
+        let go_right = match boundary {
+            Boundary::Lower => time < timestamp_ms,
+            Boundary::Upper => time <= timestamp_ms,
+        };
+        if go_right {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(match boundary {
+        Boundary::Lower => lo,
+        Boundary::Upper if lo == min => min,
+        Boundary::Upper => lo - 1,
+    })
+}
+
+pub fn earliest_time(
+    shared: &Shared,
+    topic: &str,
+    queue_id: u32,
+) -> Result<Option<i64>, ReadError> {
+    let Some(queue) = shared.queue(topic, queue_id) else {
+        return Ok(None);
+    };
+    let (min, max) = queue.bounds();
+    if min == max {
+        return Ok(None);
+    }
+    store_timestamp(shared, &queue, min).map(Some)
+}
+
+pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError> {
+    let written = shared.written_position.load(Ordering::Acquire);
+    if position < shared.min_position.load(Ordering::Acquire) || position >= written {
+        return Err(ReadError::NoRecord(position));
+    }
+    let (base, file) = shared
+        .segments
+        .find(position)
+        .ok_or(ReadError::NoRecord(position))?;
+    let path = shared.segments.path(base);
+    if shared.is_bad(position) {
+        return Err(ReadError::Corrupt {
+            path: path.display().to_string(),
+            position: position - base,
+            reason: "inside a range found corrupt at recovery".to_string(),
+        });
+    }
+    let read = |buf: &mut [u8]| match file.read_exact_at(buf, position - base) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(ReadError::NoRecord(position)),
+        Err(e) => Err(ReadError::io(&path, &e)),
+    };
+    let mut head = [0u8; 8];
+    read(&mut head)?;
+    let total = record::read_i32(&head, 0).unwrap_or(-1);
+    let magic = record::read_i32(&head, 4).unwrap_or(0);
+    let fits = total >= RECORD_BYTES_MIN as i32
+        && total as u32 <= shared.config.record_bytes_max
+        && position + total as u64 <= written;
+    if !record::is_record_magic(magic) || !fits {
+        return Err(ReadError::NoRecord(position));
+    }
+    let mut bytes = vec![0u8; total as usize];
+    read(&mut bytes)?;
+    match record::parse(&bytes) {
+        Ok(view) if view.physical_offset == position as i64 => Ok(bytes),
+        _ => Err(ReadError::NoRecord(position)),
+    }
+}
+
+pub fn query_by_key(
+    shared: &Shared,
+    topic: &str,
+    key: &str,
+    max: usize,
+    begin_ms: i64,
+    end_ms: i64,
+) -> Result<Vec<Vec<u8>>, ReadError> {
+    let mut found = Vec::new();
+    if max == 0 {
+        return Ok(found);
+    }
+    let mut seen = HashSet::new();
+    let key_hash = record::index_key_hash(topic, key);
+    shared
+        .index
+        .query(key_hash, begin_ms, end_ms, &mut |position| {
+            if !seen.insert(position) {
+                return Ok(true);
+            }
+            let bytes = match read_record(shared, position) {
+                Ok(bytes) => bytes,
+                // Stale entries (a truncated tail, a reused position) and corrupt ranges are skipped.
+                Err(ReadError::NoRecord(_) | ReadError::Corrupt { .. }) => return Ok(true),
+                Err(e) => return Err(e),
+            };
+            let matches = record::parse(&bytes).is_ok_and(|view| {
+                let mut has_key = false;
+                view.for_each_key(|k| has_key |= k == key);
+                view.topic == topic
+                    && has_key
+                    && (begin_ms..=end_ms).contains(&view.store_timestamp_ms)
+            });
+            if matches {
+                found.push(bytes);
+            }
+            Ok(found.len() < max)
+        })?;
+    Ok(found)
+}

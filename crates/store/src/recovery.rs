@@ -1,0 +1,422 @@
+//! Recovery at open: find the valid end of the CommitLog, rebuild ConsumeQueue and index
+//! entries past the checkpoint, trim ConsumeQueues to the log, write a fresh checkpoint.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::appender::valid_topic;
+use crate::checkpoint::{self, Checkpoint};
+use crate::commitlog::Segments;
+use crate::consume_queue::{ConsumeQueue, Entry};
+use crate::index::{Index, KeyEntry};
+use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, RECORD_BYTES_MIN};
+use crate::shared::{BadRange, QueueMap, Shared};
+use crate::types::{OpenError, RecoveryReport, StoreConfig};
+
+/// Bytes read at once while scanning segments.
+const SCAN_READ_BYTES: usize = 4 * 1024 * 1024;
+/// Index entries handed to the index at once during re-dispatch.
+const KEY_BATCH: usize = 4096;
+
+/// What the appender starts from.
+pub struct AppendStart {
+    pub segment_base: u64,
+    pub segment_file: Option<Arc<File>>,
+}
+
+fn config_error(field: &str, reason: &str) -> OpenError {
+    OpenError::Io {
+        path: format!("StoreConfig.{field}"),
+        message: reason.to_string(),
+    }
+}
+
+fn check_config(config: &StoreConfig) -> Result<(), OpenError> {
+    let record_max = u64::from(config.record_bytes_max);
+    if config.segment_bytes < RECORD_BYTES_MIN as u64 + BLANK_BYTES
+        || config.segment_bytes > i32::MAX as u64
+    {
+        return Err(config_error(
+            "segment_bytes",
+            "must hold a record and fit in an i32",
+        ));
+    }
+    if record_max < RECORD_BYTES_MIN as u64 {
+        return Err(config_error(
+            "record_bytes_max",
+            "smaller than the smallest record",
+        ));
+    }
+    if config.consume_queue_entries_per_file == 0 {
+        return Err(config_error(
+            "consume_queue_entries_per_file",
+            "must be positive",
+        ));
+    }
+    if config.index_slots == 0 || config.index_entries_max < 2 {
+        return Err(config_error(
+            "index_slots",
+            "need at least 1 slot and 2 entries",
+        ));
+    }
+    if config.append_queue_requests_max == 0 {
+        return Err(config_error(
+            "append_queue_requests_max",
+            "must be positive",
+        ));
+    }
+    Ok(())
+}
+
+pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryReport), OpenError> {
+    check_config(&config)?;
+    let mut report = RecoveryReport {
+        crashed: config.abort_path.exists(),
+        ..RecoveryReport::default()
+    };
+    for dir in [
+        Some(config.consume_queue_dir.as_path()),
+        config.checkpoint_path.parent(),
+        config.abort_path.parent(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
+    }
+    let checkpoint = match checkpoint::read(&config.checkpoint_path)
+        .map_err(|e| OpenError::io(&config.checkpoint_path, &e))?
+    {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            report.problems.push(format!(
+                "{}: {e}; rebuilding from the start of the CommitLog",
+                config.checkpoint_path.display()
+            ));
+            None
+        }
+        None => None,
+    };
+    let segments = Segments::open(&config.commitlog_dir, config.segment_bytes)?;
+    let queues = RwLock::new(open_queues(&config)?);
+    let index = Index::open(
+        &config.index_dir,
+        config.index_slots,
+        config.index_entries_max,
+        &mut report.problems,
+    )?;
+    let start = checkpoint.map_or(0, |c| c.dispatched_flushed_position);
+    let mut scan = Scan {
+        config: &config,
+        segments: &segments,
+        queues: &queues,
+        index: &index,
+        report: &mut report,
+        keys: Vec::new(),
+        bad_ranges: Vec::new(),
+    };
+    let end = scan.run(start)?;
+    let bad_ranges = std::mem::take(&mut scan.bad_ranges);
+    report.commitlog_end = end;
+    for queue in queues
+        .read()
+        .expect("queue map lock poisoned")
+        .values()
+        .flat_map(|q| q.values())
+    {
+        queue
+            .trim(end)
+            .map_err(|e| OpenError::io(&queue.path_for(0), &e))?;
+    }
+    let append_start = match segments.last() {
+        Some((base, file)) if base <= end && end < base + config.segment_bytes => AppendStart {
+            segment_base: base,
+            segment_file: Some(file),
+        },
+        _ => AppendStart {
+            segment_base: end,
+            segment_file: None,
+        },
+    };
+    let min_position = segments.first_base().unwrap_or(end);
+    let shared = Shared {
+        segments,
+        written_position: AtomicU64::new(end),
+        flushed_position: AtomicU64::new(0),
+        min_position: AtomicU64::new(min_position),
+        queues,
+        index,
+        bad_ranges,
+        listener: RwLock::new(None),
+        messages_appended: AtomicU64::new(0),
+        bytes_appended: AtomicU64::new(0),
+        commitlog_fsyncs: AtomicU64::new(0),
+        checkpoint: Mutex::new(Checkpoint::default()),
+        config,
+    };
+    // Make what recovery rebuilt durable before the checkpoint claims it.
+    shared
+        .flush_commitlog(end)
+        .map_err(|e| OpenError::io(&shared.config.commitlog_dir, &e))?;
+    shared.write_checkpoint()?;
+    let abort = &shared.config.abort_path;
+    File::create(abort)
+        .and_then(|_| checkpoint::sync_parent_dir(abort))
+        .map_err(|e| OpenError::io(abort, &e))?;
+    Ok((shared, append_start, report))
+}
+
+fn open_queues(config: &StoreConfig) -> Result<QueueMap, OpenError> {
+    let root = &config.consume_queue_dir;
+    let mut queues = QueueMap::new();
+    for topic_entry in read_dir(root)? {
+        let topic = topic_entry.file_name().to_string_lossy().into_owned();
+        if !valid_topic(&topic) || !topic_entry.path().is_dir() {
+            continue;
+        }
+        for queue_entry in read_dir(&topic_entry.path())? {
+            let Ok(queue_id) = queue_entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let queue = ConsumeQueue::open(
+                root,
+                &topic,
+                queue_id,
+                config.consume_queue_entries_per_file,
+            )
+            .map_err(|e| OpenError::io(&queue_entry.path(), &e))?;
+            queues
+                .entry(topic.clone())
+                .or_default()
+                .insert(queue_id, Arc::new(queue));
+        }
+    }
+    Ok(queues)
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<std::fs::DirEntry>, OpenError> {
+    std::fs::read_dir(dir)
+        .and_then(|entries| entries.collect::<io::Result<Vec<_>>>())
+        .map_err(|e| OpenError::io(dir, &e))
+}
+
+/// Buffered positional reads over one segment.
+struct SegmentReader<'a> {
+    file: &'a File,
+    length: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+impl SegmentReader<'_> {
+    /// `n` bytes at `at`; the caller has checked that they lie within the file.
+    fn get(&mut self, at: u64, n: usize) -> io::Result<&[u8]> {
+        let buf_end = self.buf_start + self.buf.len() as u64;
+        if at < self.buf_start || at + n as u64 > buf_end {
+            let len = (self.length - at).min(SCAN_READ_BYTES.max(n) as u64) as usize;
+            self.buf.resize(len, 0);
+            self.file.read_exact_at(&mut self.buf, at)?;
+            self.buf_start = at;
+        }
+        let from = (at - self.buf_start) as usize;
+        Ok(&self.buf[from..from + n])
+    }
+}
+
+enum Step {
+    Record(u64),
+    Blank,
+    Invalid(String),
+}
+
+struct Scan<'a> {
+    config: &'a StoreConfig,
+    segments: &'a Segments,
+    queues: &'a RwLock<QueueMap>,
+    index: &'a Index,
+    report: &'a mut RecoveryReport,
+    keys: Vec<KeyEntry>,
+    bad_ranges: Vec<BadRange>,
+}
+
+impl Scan<'_> {
+    /// Scans from `start`, re-dispatching valid records; returns the valid end.
+    fn run(&mut self, start: u64) -> Result<u64, OpenError> {
+        let bases = self.segments.bases();
+        let segment_bytes = self.config.segment_bytes;
+        let (Some(&first), Some(&last)) = (bases.first(), bases.last()) else {
+            return Ok(0);
+        };
+        let last_length = self.length(last)?;
+        // A checkpoint outside the files (files removed or cut by hand): rescan what is there.
+        let mut start = start.max(first);
+        if start > last + last_length && start != last + segment_bytes {
+            start = last;
+        }
+        let mut end = start;
+        for &base in bases.iter().filter(|b| **b + segment_bytes > start) {
+            let is_last = base == last;
+            let (_, file) = self.segments.find(base).expect("listed segment is open");
+            let mut length = self.length(base)?;
+            if is_last && length > segment_bytes {
+                file.set_len(segment_bytes)
+                    .map_err(|e| OpenError::io(&self.segments.path(base), &e))?;
+                self.report.truncated_bytes += length - segment_bytes;
+                length = segment_bytes;
+            }
+            let mut at = start.saturating_sub(base);
+            if at > length {
+                at = 0;
+            }
+            let mut reader = SegmentReader {
+                file: &file,
+                length,
+                buf: Vec::new(),
+                buf_start: 0,
+            };
+            let path = self.segments.path(base);
+            loop {
+                if at == length {
+                    if is_last {
+                        end = base + at;
+                    } else {
+                        self.report.problems.push(format!(
+                            "{}: segment ends at byte {at} without an end marker",
+                            path.display()
+                        ));
+                    }
+                    break;
+                }
+                match self
+                    .step(&mut reader, base, at)
+                    .map_err(|e| OpenError::io(&path, &e))?
+                {
+                    Step::Record(size) => at += size,
+                    Step::Blank => {
+                        end = base + segment_bytes;
+                        break;
+                    }
+                    Step::Invalid(_) if is_last => {
+                        file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
+                        self.report.truncated_bytes += length - at;
+                        end = base + at;
+                        break;
+                    }
+                    Step::Invalid(reason) => {
+                        self.report.problems.push(format!(
+                            "{}: invalid record at byte {at}: {reason}; the rest of the segment is not served",
+                            path.display()
+                        ));
+                        self.bad_ranges.push(BadRange {
+                            start: base + at,
+                            end: base + segment_bytes,
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        self.flush_keys()?;
+        Ok(end)
+    }
+
+    fn length(&self, base: u64) -> Result<u64, OpenError> {
+        let path = self.segments.path(base);
+        let (_, file) = self.segments.find(base).expect("listed segment is open");
+        file.metadata()
+            .map(|m| m.len())
+            .map_err(|e| OpenError::io(&path, &e))
+    }
+
+    /// Validates the record at `at` and re-dispatches it.
+    fn step(&mut self, reader: &mut SegmentReader, base: u64, at: u64) -> io::Result<Step> {
+        let segment_bytes = self.config.segment_bytes;
+        if reader.length - at < BLANK_BYTES {
+            return Ok(Step::Invalid("torn header".to_string()));
+        }
+        let head = reader.get(at, BLANK_BYTES as usize)?;
+        let total = record::read_i32(head, 0).unwrap_or(-1);
+        let magic = record::read_i32(head, 4).unwrap_or(0);
+        if magic == MAGIC_BLANK {
+            return Ok(if total as i64 == (segment_bytes - at) as i64 {
+                Step::Blank
+            } else {
+                Step::Invalid(format!("end marker of {total} bytes at byte {at}"))
+            });
+        }
+        if !record::is_record_magic(magic) {
+            return Ok(Step::Invalid(format!("bad MAGIC {magic:#x}")));
+        }
+        if total < RECORD_BYTES_MIN as i32 || total as u32 > self.config.record_bytes_max {
+            return Ok(Step::Invalid(format!("bad TOTALSIZE {total}")));
+        }
+        let total = total as u64;
+        if at + total + BLANK_BYTES > segment_bytes {
+            return Ok(Step::Invalid(
+                "record leaves no room for the end marker".to_string(),
+            ));
+        }
+        if at + total > reader.length {
+            return Ok(Step::Invalid("torn record".to_string()));
+        }
+        let bytes = reader.get(at, total as usize)?;
+        let view = match record::parse(bytes) {
+            Ok(view) => view,
+            Err(e) => return Ok(Step::Invalid(e.to_string())),
+        };
+        if !view.body_crc_matches() {
+            return Ok(Step::Invalid("BODYCRC mismatch".to_string()));
+        }
+        if view.physical_offset != (base + at) as i64 {
+            return Ok(Step::Invalid(format!(
+                "PHYSICALOFFSET {} != position",
+                view.physical_offset
+            )));
+        }
+        if view.queue_id < 0 || view.queue_offset < 0 || !valid_topic(view.topic) {
+            return Ok(Step::Invalid(
+                "bad queue id, queue offset or topic".to_string(),
+            ));
+        }
+        let position = base + at;
+        let entry = Entry {
+            position,
+            size: total as u32,
+            tags_code: view.tags_code(),
+        };
+        let queue = crate::shared::queue_or_create(
+            self.queues,
+            self.config,
+            view.topic,
+            view.queue_id as u32,
+        )?;
+        queue.write_entries(view.queue_offset as u64, &entry.encode())?;
+        let mut keys = std::mem::take(&mut self.keys);
+        view.for_each_key(|key| {
+            keys.push(KeyEntry {
+                key_hash: record::index_key_hash(view.topic, key),
+                position,
+                store_timestamp_ms: view.store_timestamp_ms,
+            })
+        });
+        self.keys = keys;
+        self.report.records_redispatched += 1;
+        if self.keys.len() >= KEY_BATCH {
+            self.index.add(&self.keys)?;
+            self.keys.clear();
+        }
+        Ok(Step::Record(total))
+    }
+
+    fn flush_keys(&mut self) -> Result<(), OpenError> {
+        self.index
+            .add(&self.keys)
+            .map_err(|e| OpenError::io(&self.config.index_dir, &e))?;
+        self.keys.clear();
+        Ok(())
+    }
+}

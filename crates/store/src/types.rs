@@ -1,0 +1,236 @@
+//! The value types of the public API: configuration, requests, outcomes and errors.
+
+use std::path::{Path, PathBuf};
+
+/// Where the store keeps its files and the limits it enforces.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub commitlog_dir: PathBuf,
+    pub consume_queue_dir: PathBuf,
+    pub index_dir: PathBuf,
+    pub checkpoint_path: PathBuf,
+    pub abort_path: PathBuf,
+    /// Size of one CommitLog segment (RocketMQ: 1 GiB).
+    pub segment_bytes: u64,
+    /// Entries per ConsumeQueue file (RocketMQ: 300,000 entries = 6,000,000 bytes).
+    pub consume_queue_entries_per_file: u64,
+    pub flush: FlushMode,
+    /// Hash slots per index file.
+    pub index_slots: u32,
+    /// Entries per index file (entry 0 is never used, as in RocketMQ).
+    pub index_entries_max: u32,
+    /// Capacity of the appender's request queue; a full queue answers `Busy`.
+    pub append_queue_requests_max: usize,
+    /// Largest whole record accepted.
+    pub record_bytes_max: u32,
+}
+
+impl StoreConfig {
+    /// The RocketMQ layout under `root`, with RocketMQ's defaults.
+    pub fn under(root: &Path) -> StoreConfig {
+        StoreConfig {
+            commitlog_dir: root.join("commitlog"),
+            consume_queue_dir: root.join("consumequeue"),
+            index_dir: root.join("index"),
+            checkpoint_path: root.join("checkpoint"),
+            abort_path: root.join("abort"),
+            segment_bytes: 1 << 30,
+            consume_queue_entries_per_file: 300_000,
+            flush: FlushMode::default(),
+            index_slots: 5_000_000,
+            index_entries_max: 20_000_000,
+            append_queue_requests_max: 16_384,
+            record_bytes_max: 4 * 1024 * 1024 + 64 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushMode {
+    /// Acknowledge at once; fsync in the background.
+    Async { interval_ms: u64, least_pages: u32 },
+    /// Acknowledge after an fsync covers the request.
+    Sync { timeout_ms: u64 },
+}
+
+impl FlushMode {
+    pub const ASYNC_DEFAULT: FlushMode = FlushMode::Async {
+        interval_ms: 500,
+        least_pages: 4,
+    };
+    pub const SYNC_DEFAULT: FlushMode = FlushMode::Sync { timeout_ms: 5000 };
+}
+
+impl Default for FlushMode {
+    fn default() -> FlushMode {
+        FlushMode::ASYNC_DEFAULT
+    }
+}
+
+/// One stored message, built by the broker in the layout of wire spec §6.1.
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub topic: String,
+    pub queue_id: u32,
+    pub tags_code: i64,
+    /// Words of KEYS plus UNIQ_KEY, for the index.
+    pub keys: Vec<String>,
+    /// The same value as STORETIMESTAMP in `bytes`.
+    pub store_timestamp_ms: i64,
+    /// The full record; QUEUEOFFSET and PHYSICALOFFSET are overwritten on append.
+    /// Appends check that it parses, that BODYCRC is right and that non-empty properties end
+    /// with 0x02, because recovery relies on those to find the end of the log.
+    pub bytes: Vec<u8>,
+}
+
+/// A batch: stored contiguously, with consecutive offsets per queue.
+#[derive(Clone, Debug, Default)]
+pub struct AppendRequest {
+    pub records: Vec<Record>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub queue_offset: u64,
+    pub position: u64,
+    pub size: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushStatus {
+    Ok,
+    /// The data is written, but no fsync covered it within the timeout (or the fsync failed).
+    TimedOut,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub entries: Vec<Appended>,
+    pub flush: FlushStatus,
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum AppendError {
+    #[error("store is busy: {queued_requests} appends waiting")]
+    Busy { queued_requests: usize },
+    #[error("record of {record_bytes} bytes exceeds the limit of {limit_bytes}")]
+    TooLarge {
+        record_bytes: usize,
+        limit_bytes: usize,
+    },
+    #[error("record is malformed: {0}")]
+    Malformed(String),
+    #[error("disk full: {0}")]
+    DiskFull(String),
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("store is closed")]
+    Closed,
+}
+
+pub type AppendDone = Box<dyn FnOnce(Result<AppendOutcome, AppendError>) + Send>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadStatus {
+    Found,
+    NoNewMessage,
+    NoMatchedMessage,
+    OffsetTooSmall,
+    OffsetOverflowOne,
+    OffsetOverflowBadly,
+    NoMessageInQueue,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueRead {
+    pub status: ReadStatus,
+    /// The found records back to back, as stored (a pull body).
+    pub bytes: Vec<u8>,
+    pub message_count: u32,
+    /// Per wire spec §4.3: after the last scanned entry.
+    pub next_offset: u64,
+    pub min_offset: u64,
+    /// The next offset to be written.
+    pub max_offset: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueBounds {
+    pub min_offset: u64,
+    pub max_offset: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    Lower,
+    Upper,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("I/O error reading {path}: {message}")]
+    Io { path: String, message: String },
+    #[error("corrupt data in {path} at byte {position}: {reason}")]
+    Corrupt {
+        path: String,
+        position: u64,
+        reason: String,
+    },
+    #[error("no record at position {0}")]
+    NoRecord(u64),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("I/O error on {path}: {message}")]
+    Io { path: String, message: String },
+    #[error("corrupt {path} at byte {position}: {reason}")]
+    Corrupt {
+        path: String,
+        position: u64,
+        reason: String,
+    },
+    #[error("store directory is locked by another process: {0}")]
+    Locked(String),
+}
+
+impl OpenError {
+    pub(crate) fn io(path: &Path, error: &std::io::Error) -> OpenError {
+        OpenError::Io {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl ReadError {
+    pub(crate) fn io(path: &Path, error: &std::io::Error) -> ReadError {
+        ReadError::Io {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// The abort file was present: the last run did not close cleanly.
+    pub crashed: bool,
+    /// Valid end position after recovery.
+    pub commitlog_end: u64,
+    /// Torn tail removed from the last segment.
+    pub truncated_bytes: u64,
+    /// Records whose ConsumeQueue/index entries were rebuilt.
+    pub records_redispatched: u64,
+    /// Corruption found before the tail, each with file and position.
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    pub min_position: u64,
+    pub written_position: u64,
+    pub flushed_position: u64,
+    pub messages_appended: u64,
+    pub bytes_appended: u64,
+}

@@ -1,0 +1,237 @@
+mod common;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+
+use common::*;
+use quiver_store::{Appended, ReadError, ReadStatus, Record, Store};
+
+/// Appends `count` records spread over three queues; returns (record, where it went).
+fn fill(store: &Store, count: usize) -> Vec<(Record, Appended)> {
+    (0..count)
+        .map(|i| {
+            let body = vec![b'0' + (i % 10) as u8; 150 + (i * 13) % 200];
+            let uniq = format!("U{i}");
+            let r = record(Spec {
+                topic: "T",
+                queue_id: (i % 3) as u32,
+                body: &body,
+                uniq_key: Some(&uniq),
+                ..Spec::default()
+            });
+            let appended = append(store, vec![r.clone()]).expect("append").entries[0];
+            (r, appended)
+        })
+        .collect()
+}
+
+fn read_queue(store: &Store, queue_id: u32) -> Vec<Vec<u8>> {
+    let mut offset = store.bounds("T", queue_id).min_offset;
+    let mut out = Vec::new();
+    loop {
+        let read = store
+            .read("T", queue_id, offset, 32, u32::MAX, &accept_all)
+            .expect("read");
+        match read.status {
+            ReadStatus::Found | ReadStatus::NoMatchedMessage => {
+                out.extend(split(&read.bytes));
+                offset = read.next_offset;
+            }
+            _ => return out,
+        }
+    }
+}
+
+fn assert_all_readable(store: &Store, written: &[(Record, Appended)]) {
+    for queue_id in 0..3u32 {
+        let expected: Vec<Vec<u8>> = written
+            .iter()
+            .filter(|(r, _)| r.queue_id == queue_id)
+            .map(|(r, a)| stored(r, a.queue_offset, a.position))
+            .collect();
+        assert_eq!(read_queue(store, queue_id), expected, "queue {queue_id}");
+    }
+}
+
+fn last_segment(root: &Path) -> std::path::PathBuf {
+    let mut names: Vec<_> = std::fs::read_dir(root.join("commitlog"))
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    names.sort();
+    names.pop().expect("a segment")
+}
+
+#[test]
+fn close_and_reopen_serves_everything_at_the_same_offsets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 50);
+    store.close().expect("close");
+    drop(store);
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert!(!report.crashed);
+    assert_eq!(report.truncated_bytes, 0);
+    assert_eq!(
+        report.records_redispatched, 0,
+        "a clean close leaves nothing to redo"
+    );
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_all_readable(&store, &written);
+    // Offsets continue where they stopped.
+    let next = append(&store, vec![simple("T", 0, b"next")])
+        .expect("append")
+        .entries[0];
+    assert_eq!(
+        next.queue_offset,
+        written.iter().filter(|(r, _)| r.queue_id == 0).count() as u64
+    );
+    assert_eq!(
+        store
+            .query_by_key("T", "U7", 5, 0, i64::MAX)
+            .expect("query")
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn drop_without_close_is_a_crash_and_loses_nothing_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 40);
+    drop(store);
+    assert!(dir.path().join("abort").exists());
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert!(report.crashed);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_all_readable(&store, &written);
+    assert_eq!(
+        store
+            .query_by_key("T", "U39", 5, 0, i64::MAX)
+            .expect("query")
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_torn_tail_is_truncated_and_everything_before_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let mut written = fill(&store, 40);
+    drop(store);
+    // Cut the last record in half.
+    let (_, last) = written.pop().expect("records");
+    let segment = last_segment(dir.path());
+    let cut = last.position % 4096 + u64::from(last.size) / 2;
+    OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .expect("open")
+        .set_len(cut)
+        .expect("cut");
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.truncated_bytes, u64::from(last.size) / 2);
+    assert_eq!(report.commitlog_end, last.position);
+    assert_all_readable(&store, &written);
+    // The lost record's offset is handed out again.
+    let again = append(&store, vec![simple("T", 39 % 3, b"again")])
+        .expect("append")
+        .entries[0];
+    assert_eq!(
+        (again.queue_offset, again.position),
+        (last.queue_offset, last.position)
+    );
+}
+
+#[test]
+fn garbage_after_the_tail_is_truncated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 20);
+    drop(store);
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(last_segment(dir.path()))
+        .expect("open");
+    file.write_all(&[0xAB; 37]).expect("garbage");
+    drop(file);
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.truncated_bytes, 37);
+    assert_all_readable(&store, &written);
+}
+
+#[test]
+fn a_bit_flip_before_the_last_segment_is_reported_and_not_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 60);
+    store.close().expect("close");
+    drop(store);
+    // Flip a body byte of the second record of the first segment; without a checkpoint the
+    // whole log is scanned.
+    let (victim, at) = &written[1];
+    assert!(at.position + u64::from(at.size) < 4096);
+    let segment = dir.path().join("commitlog").join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes[at.position as usize + 90] ^= 0x01;
+    std::fs::write(&segment, &bytes).expect("write");
+    std::fs::remove_file(dir.path().join("checkpoint")).expect("remove checkpoint");
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains(&format!("{:020}", 0)),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0].contains(&format!("byte {}", at.position)),
+        "{:?}",
+        report.problems
+    );
+    assert!(matches!(
+        store.read_record(at.position),
+        Err(ReadError::Corrupt { .. })
+    ));
+    // Records after the flip in the same segment are not served either; the rest are.
+    let served: Vec<Vec<u8>> = read_queue(&store, victim.queue_id);
+    assert!(!served.contains(&stored(victim, at.queue_offset, at.position)));
+    let later = written
+        .iter()
+        .find(|(r, a)| r.queue_id == 0 && a.position >= 4096)
+        .expect("later");
+    assert!(read_queue(&store, 0).contains(&stored(
+        &later.0,
+        later.1.queue_offset,
+        later.1.position
+    )));
+    assert_eq!(written[0].1.position, 0);
+    assert_eq!(
+        store.read_record(0).expect("first record"),
+        stored(&written[0].0, 0, 0)
+    );
+}
+
+#[test]
+fn consume_queues_and_index_are_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 50);
+    store.close().expect("close");
+    drop(store);
+    std::fs::remove_dir_all(dir.path().join("consumequeue")).expect("remove cq");
+    std::fs::remove_dir_all(dir.path().join("index")).expect("remove index");
+    std::fs::remove_file(dir.path().join("checkpoint")).expect("remove checkpoint");
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.records_redispatched, 50);
+    assert_all_readable(&store, &written);
+    assert_eq!(
+        store
+            .query_by_key("T", "U12", 5, 0, i64::MAX)
+            .expect("query")
+            .len(),
+        1
+    );
+}
