@@ -62,6 +62,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
