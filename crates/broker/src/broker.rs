@@ -19,6 +19,8 @@ use tokio::task::JoinHandle;
 use crate::clients::ClientTable;
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
+use crate::delay::DelayOffsets;
+use crate::locks::QueueLocks;
 use crate::long_poll::PullWaiters;
 use crate::offsets::ConsumerOffsets;
 use crate::outbound::Link;
@@ -85,6 +87,8 @@ pub struct Broker {
     pub offsets: ConsumerOffsets,
     pub clients: ClientTable,
     pub waiters: Arc<PullWaiters>,
+    pub locks: QueueLocks,
+    pub delay_offsets: DelayOffsets,
     /// The address written into records and message ids: reachable `brokerIP1:port`.
     pub store_host: SocketAddr,
     pub counters: Counters,
@@ -102,6 +106,8 @@ pub enum StartError {
     Topics(#[from] TopicError),
     #[error("cannot read consumer offsets: {0}")]
     Offsets(String),
+    #[error("cannot read delay offsets: {0}")]
+    DelayOffsets(String),
     #[error("cannot listen on {addr}: {message}")]
     Bind { addr: SocketAddr, message: String },
 }
@@ -219,6 +225,7 @@ pub struct RunningBroker {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     stopped: AtomicBool,
+    registered: watch::Receiver<bool>,
 }
 
 pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
@@ -245,6 +252,13 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
     )?;
     let offsets = ConsumerOffsets::open(config_dir.join("consumerOffset.json"))
         .map_err(StartError::Offsets)?;
+    let delay_offsets = DelayOffsets::open(config_dir.join("delayOffset.json"))
+        .map_err(StartError::DelayOffsets)?;
+    topics.create_if_absent(crate::topic::topic_config(
+        crate::delay::SCHEDULE_TOPIC,
+        config.delay_levels_ms.len() as i32,
+        crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+    ))?;
     let bind = config.bind_addr();
     let listener = TcpListener::bind(bind)
         .await
@@ -271,6 +285,8 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         offsets,
         clients: ClientTable::default(),
         waiters,
+        locks: QueueLocks::default(),
+        delay_offsets,
         counters: Counters::default(),
         started_ms: now_ms(),
         register_now: Notify::new(),
@@ -278,6 +294,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         next_uniq: AtomicU32::new(0),
     });
     let (stop, stopped) = watch::channel(false);
+    let (registered_sender, registered) = watch::channel(false);
     let tasks = vec![
         tokio::spawn(crate::server::serve(
             listener,
@@ -285,7 +302,8 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             stopped.clone(),
         )),
         tokio::spawn(housekeeping(broker.clone(), stopped.clone())),
-        tokio::spawn(registration(broker.clone(), stopped)),
+        tokio::spawn(crate::delay::run(broker.clone(), stopped.clone())),
+        tokio::spawn(registration(broker.clone(), stopped, registered_sender)),
     ];
     tracing::info!(addr = %local_addr, broker = %broker.config.broker_name, "broker listening");
     Ok(RunningBroker {
@@ -295,10 +313,18 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         stop,
         tasks,
         stopped: AtomicBool::new(false),
+        registered,
     })
 }
 
 impl RunningBroker {
+    /// Waits until a name server has accepted this broker's registration, so clients that look
+    /// up routes next find it. False when `timeout` passes first.
+    pub async fn wait_registered(&self, timeout: Duration) -> bool {
+        let mut registered = self.registered.clone();
+        tokio::time::timeout(timeout, registered.wait_for(|done| *done)).await.is_ok_and(|r| r.is_ok())
+    }
+
     /// Stops accepting, unregisters from the name servers, persists offsets, flushes and closes
     /// the store (which removes the abort file: the next start is a clean one).
     pub async fn shutdown(&self) {
@@ -320,6 +346,9 @@ impl RunningBroker {
         self.broker.unregister_everywhere(&mut links).await;
         if let Err(error) = self.broker.offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist consumer offsets");
+        }
+        if let Err(error) = self.broker.delay_offsets.persist_if_dirty() {
+            tracing::error!(%error, "could not persist delay offsets");
         }
         let store = self.broker.store.clone();
         match tokio::task::spawn_blocking(move || store.close()).await {
@@ -353,7 +382,11 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn registration(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+async fn registration(
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+    registered: watch::Sender<bool>,
+) {
     if broker.config.namesrv_addrs.is_empty() {
         tracing::warn!(
             "no namesrvAddr configured: clients cannot find this broker through a name server"
@@ -376,5 +409,8 @@ async fn registration(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = broker.register_now.notified() => {}
         }
         broker.register_everywhere(&mut links, &mut failing).await;
+        if failing.iter().any(|failed| !failed) {
+            registered.send_replace(true);
+        }
     }
 }

@@ -49,6 +49,8 @@ pub struct BrokerConfig {
     pub disk_max_used_ratio_percent: u32,
     pub connections_max: usize,
     pub requests_in_flight_per_connection_max: usize,
+    /// `messageDelayLevel`: level n (1-based) waits `delay_levels_ms[n - 1]`.
+    pub delay_levels_ms: Vec<u64>,
 }
 
 impl Default for BrokerConfig {
@@ -87,6 +89,7 @@ impl Default for BrokerConfig {
             disk_max_used_ratio_percent: 75,
             connections_max: 10_000,
             requests_in_flight_per_connection_max: 4_096,
+            delay_levels_ms: crate::delay::DEFAULT_LEVELS_MS.to_vec(),
         }
     }
 }
@@ -226,6 +229,10 @@ impl BrokerConfig {
                 "fileReservedTime" => self.file_reserved_hours = field.number(0, 1_000_000)?,
                 "diskMaxUsedSpaceRatio" => {
                     self.disk_max_used_ratio_percent = field.number(10, 95)?
+                }
+                "messageDelayLevel" => {
+                    self.delay_levels_ms = crate::delay::parse_levels(value)
+                        .map_err(|allowed| field.invalid(allowed))?
                 }
                 _ => unknown.push(UnknownKey {
                     line,

@@ -1,4 +1,5 @@
-//! The `quiver` binary: `up` (name server and broker in one process), `namesrv`, `broker`.
+//! The `quiver` binary: `up` (name server and broker in one process), `namesrv`, `broker`, and
+//! `bench produce` / `bench consume` (load generators that report RocketMQ's benchmark figures).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -56,18 +57,38 @@ enum Command {
         #[arg(short = 'n', long = "namesrv")]
         namesrv: Option<String>,
     },
+    /// Measure a Quiver or RocketMQ cluster: send or consume and report TPS and latency.
+    Bench {
+        #[command(subcommand)]
+        command: quiver_bench::BenchCommand,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The bench prints its own report on standard output; only warnings go to the log.
+    let default_log = match cli.command {
+        Command::Bench { .. } => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
         .init();
+    if let Command::Bench { command } = cli.command {
+        // The bench builds its own small runtime (1-2 workers): its senders are tasks.
+        return match quiver_bench::run(command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("quiver bench: {error}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -91,6 +112,7 @@ fn main() -> ExitCode {
                 broker_expiry_ms,
             } => namesrv(listen, broker_expiry_ms).await,
             Command::Broker { config, namesrv } => broker(&config, namesrv).await,
+            Command::Bench { .. } => unreachable!("bench ran before the runtime was built"),
         }
     });
     match result {
@@ -180,6 +202,10 @@ async fn up(
         .retain(|addr| addr != &namesrv_addr.to_string());
     config.namesrv_addrs.insert(0, namesrv_addr.to_string());
     let running = quiver_broker::start(config).await?;
+    // Ready means routable: clients look up routes right after the ready line.
+    if !running.wait_registered(std::time::Duration::from_secs(10)).await {
+        tracing::warn!("the broker has not registered with the embedded name server yet");
+    }
     tracing::info!(namesrv = %namesrv_addr, broker = %running.local_addr, data = %data.display(), "quiver is up");
     println!(
         "ready namesrv={} broker={}",

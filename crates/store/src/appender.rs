@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -197,6 +196,12 @@ impl Appender {
             }
             return;
         }
+        if let Some(error) = self.over_cap(group) {
+            for job in group.drain(..) {
+                (job.done)(Err(error.clone()));
+            }
+            return;
+        }
         match self.write_group(group) {
             Ok(outcomes) => self.publish_and_complete(group, outcomes),
             Err(e) => {
@@ -207,6 +212,32 @@ impl Appender {
                 }
             }
         }
+    }
+
+    /// The configured cap on live CommitLog bytes, checked before anything is written; a
+    /// group that would cross it fails whole (counting a possible end marker and roll).
+    fn over_cap(&self, group: &[AppendJob]) -> Option<AppendError> {
+        let cap_bytes = self.shared.config.commitlog_bytes_max;
+        if cap_bytes == u64::MAX {
+            return None;
+        }
+        let group_bytes: u64 = group.iter().map(|job| job_bytes(job) as u64).sum();
+        let min_position = self.shared.min_position.load(Ordering::Acquire);
+        let live_bytes = self.position.saturating_sub(min_position);
+        // A roll pads the rest of the current segment with its end marker.
+        let segment_end = self.segment_base
+            + self.shared.config.segment_bytes;
+        let padding_bytes = if self.position + group_bytes + BLANK_BYTES > segment_end {
+            segment_end.saturating_sub(self.position)
+        } else {
+            0
+        };
+        (live_bytes + group_bytes + padding_bytes > cap_bytes).then(|| {
+            AppendError::DiskFull(format!(
+                "the CommitLog holds {live_bytes} bytes and may hold at most {cap_bytes}; \
+                 {group_bytes} more bytes do not fit"
+            ))
+        })
     }
 
     fn writer_index(&mut self, topic: &str, queue_id: u32) -> io::Result<usize> {
@@ -336,7 +367,12 @@ impl Appender {
                     file
                 }
             };
-            file.write_all_at(&self.buf[chunk.buf_start..chunk.buf_end], chunk.file_offset)?;
+            self.shared.preallocation.write(
+                chunk.base,
+                &file,
+                chunk.file_offset,
+                &self.buf[chunk.buf_start..chunk.buf_end],
+            )?;
         }
         Ok(())
     }
@@ -358,7 +394,8 @@ impl Appender {
             self.segment_base = published;
         }
         if let Some(file) = &self.segment_file {
-            if let Err(e) = file.set_len(published - self.segment_base) {
+            let preallocation = &self.shared.preallocation;
+            if let Err(e) = preallocation.truncate(self.segment_base, file, published) {
                 failures.push(e.to_string());
             }
         }

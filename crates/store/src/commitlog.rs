@@ -1,7 +1,8 @@
 //! CommitLog segments: naming, the open file handles readers share, and fsync.
 //!
 //! A segment is one file named by its start position (20 zero-padded digits). Its length is the
-//! number of bytes written so far; nothing is pre-allocated. Handles stay open for the life of
+//! number of bytes written so far, plus zeros written ahead of the appender in the active
+//! segment (see `prealloc`). Handles stay open for the life of
 //! the store so that a read is one lookup under a short lock plus one positional read.
 
 use std::collections::BTreeMap;
@@ -132,6 +133,9 @@ impl Segments {
                 .truncate(true)
                 .open(&path)?,
         );
+        // Sync flush promises durability of what an fsync of the file covered; the file's
+        // directory entry must be durable too, or a crash could lose the whole segment.
+        crate::checkpoint::sync_parent_dir(&path)?;
         let mut files = self.files.write().expect("segment map lock poisoned");
         files.insert(base, Arc::clone(&file));
         Ok(file)

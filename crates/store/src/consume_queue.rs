@@ -208,6 +208,34 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// Retention: raises the min offset to the first entry at or past `min_position` and
+    /// deletes the files whose entries all lie below it. Returns how many files it deleted.
+    /// Entries point at increasing positions, so a binary search finds the new min offset.
+    pub fn drop_below(&self, min_position: u64) -> io::Result<usize> {
+        let (mut low, mut high) = self.bounds();
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.entry(middle)?.position < min_position {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        self.min_offset.fetch_max(low, Ordering::AcqRel);
+        let min_offset = self.min_offset.load(Ordering::Acquire);
+        let mut files = self.files.write().expect("consume queue lock poisoned");
+        let doomed: Vec<u64> = files
+            .keys()
+            .copied()
+            .filter(|n| (n + 1) * self.entries_per_file <= min_offset)
+            .collect();
+        for file_number in &doomed {
+            files.remove(file_number);
+            std::fs::remove_file(self.file_path(*file_number))?;
+        }
+        Ok(doomed.len())
+    }
+
     /// Removes entries at `offset` and beyond (after a failed append, so that no stale entry
     /// survives to be taken for a real one by recovery).
     pub fn discard_from(&self, offset: u64) -> io::Result<()> {

@@ -235,6 +235,34 @@ impl Index {
         Ok(())
     }
 
+    /// Retention: deletes sealed files whose entries all point below `min_position` (their
+    /// header's end position is the last entry's). Returns how many it deleted.
+    pub fn delete_below(&self, min_position: u64) -> io::Result<usize> {
+        // The writer lock keeps the file list and the active file still meanwhile.
+        let w = self.writer.lock().expect("index writer lock poisoned");
+        let files = self.files.read().expect("index lock poisoned").clone();
+        let mut doomed = Vec::new();
+        for file in &files {
+            if w.active.as_ref().is_some_and(|a| Arc::ptr_eq(a, file)) {
+                continue;
+            }
+            let mut b = [0u8; HEADER_BYTES as usize];
+            file.file.read_exact_at(&mut b, 0)?;
+            if Header::decode(&b).end_position < min_position {
+                doomed.push(Arc::clone(file));
+            }
+        }
+        self.files
+            .write()
+            .expect("index lock poisoned")
+            .retain(|f| !doomed.iter().any(|d| Arc::ptr_eq(d, f)));
+        drop(w);
+        for file in &doomed {
+            std::fs::remove_file(&file.path)?;
+        }
+        Ok(doomed.len())
+    }
+
     /// Writes dirty slots and the header of the active file and fsyncs what changed.
     pub fn flush(&self) -> io::Result<()> {
         let (active, header, mut dirty, sealed) = {

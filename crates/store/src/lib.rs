@@ -12,9 +12,11 @@ mod consume_queue;
 mod flusher;
 mod index;
 mod index_file;
+mod prealloc;
 mod read;
 pub mod record;
 mod recovery;
+mod retention;
 mod shared;
 mod types;
 
@@ -31,6 +33,7 @@ pub use types::{
 };
 
 use appender::{AppendJob, Appender};
+pub use retention::{DiskSpace, RetentionError, RetentionReport};
 pub use shared::ArrivalListener;
 use shared::Shared;
 
@@ -125,6 +128,10 @@ impl Store {
                 Some((batch_sender, Duration::from_millis(timeout_ms)))
             }
         };
+        let (stop, stopped) = mpsc::channel();
+        stops.push(stop);
+        let s = Arc::clone(&shared);
+        threads.push(spawn("quiver-store-zeroer", move || prealloc::run(s, stopped))?);
         let appender = Appender::new(
             Arc::clone(&shared),
             receiver,
@@ -287,6 +294,24 @@ impl Store {
     /// How many CommitLog fsync rounds have run (each may cover many requests).
     pub fn commitlog_fsyncs(&self) -> u64 {
         self.inner.shared.commitlog_fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Retention: deletes the oldest sealed CommitLog segments last written more than
+    /// `reserve_ms` before `now_ms` (every sealed segment when `at_once`, for a full disk), and
+    /// the ConsumeQueue and index files that point only into them. Min offsets move up; reads
+    /// below them answer `OffsetTooSmall`. The caller passes the time, so tests control it.
+    pub fn delete_expired(
+        &self,
+        now_ms: i64,
+        reserve_ms: u64,
+        at_once: bool,
+    ) -> Result<RetentionReport, RetentionError> {
+        retention::delete_expired(&self.inner.shared, now_ms, reserve_ms, at_once)
+    }
+
+    /// Space on the filesystem holding the CommitLog.
+    pub fn disk_space(&self) -> std::io::Result<DiskSpace> {
+        retention::disk_space(&self.inner.shared.config.commitlog_dir)
     }
 
     /// fsyncs everything written so far and writes the checkpoint, now.

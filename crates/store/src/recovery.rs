@@ -13,6 +13,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::commitlog::Segments;
 use crate::consume_queue::{ConsumeQueue, Entry};
 use crate::index::{Index, KeyEntry};
+use crate::prealloc::Preallocation;
 use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, RECORD_BYTES_MIN};
 use crate::shared::{BadRange, QueueMap, Shared};
 use crate::types::{OpenError, RecoveryReport, StoreConfig};
@@ -131,6 +132,16 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         queue
             .trim(end)
             .map_err(|e| OpenError::io(&queue.path_for(0), &e))?;
+        // Entries into segments retention deleted (a crash may have come between deleting
+        // the segments and their ConsumeQueue files).
+        if let Some(first) = segments.first_base() {
+            if let Err(e) = queue.drop_below(first) {
+                report.problems.push(format!(
+                    "{}: cannot find the first entry past position {first}: {e}",
+                    queue.path_for(0).display()
+                ));
+            }
+        }
     }
     let append_start = match segments.last() {
         Some((base, file)) if base <= end && end < base + config.segment_bytes => AppendStart {
@@ -143,7 +154,13 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         },
     };
     let min_position = segments.first_base().unwrap_or(end);
+    let preallocation = Preallocation::new(
+        append_start.segment_base,
+        append_start.segment_file.clone(),
+        end,
+    );
     let shared = Shared {
+        preallocation,
         segments,
         written_position: AtomicU64::new(end),
         flushed_position: AtomicU64::new(0),
@@ -227,9 +244,23 @@ impl SegmentReader<'_> {
     }
 }
 
+/// Whether every byte from `at` to the end of the segment is zero.
+fn all_zero(reader: &mut SegmentReader, mut at: u64) -> io::Result<bool> {
+    while at < reader.length {
+        let n = (reader.length - at).min(SCAN_READ_BYTES as u64) as usize;
+        if reader.get(at, n)?.iter().any(|b| *b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
+}
+
 enum Step {
     Record(u64),
     Blank,
+    /// Eight zero bytes: the start of space zero-filled ahead of the appender (or damage).
+    Zeros,
     Invalid(String),
 }
 
@@ -300,6 +331,28 @@ impl Scan<'_> {
                         end = base + segment_bytes;
                         break;
                     }
+                    Step::Zeros if is_last => {
+                        // Unused preallocated space is not a torn tail; anything else is.
+                        if !all_zero(&mut reader, at)
+                            .map_err(|e| OpenError::io(&path, &e))?
+                        {
+                            self.report.truncated_bytes += length - at;
+                        }
+                        file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
+                        end = base + at;
+                        break;
+                    }
+                    Step::Zeros => {
+                        self.report.problems.push(format!(
+                            "{}: zero bytes instead of a record at byte {at}; the rest of the segment is not served",
+                            path.display()
+                        ));
+                        self.bad_ranges.push(BadRange {
+                            start: base + at,
+                            end: base + segment_bytes,
+                        });
+                        break;
+                    }
                     Step::Invalid(_) if is_last => {
                         file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
                         self.report.truncated_bytes += length - at;
@@ -339,6 +392,9 @@ impl Scan<'_> {
             return Ok(Step::Invalid("torn header".to_string()));
         }
         let head = reader.get(at, BLANK_BYTES as usize)?;
+        if head.iter().all(|b| *b == 0) {
+            return Ok(Step::Zeros);
+        }
         let total = record::read_i32(head, 0).unwrap_or(-1);
         let magic = record::read_i32(head, 4).unwrap_or(0);
         if magic == MAGIC_BLANK {

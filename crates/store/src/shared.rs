@@ -12,6 +12,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::commitlog::Segments;
 use crate::consume_queue::ConsumeQueue;
 use crate::index::Index;
+use crate::prealloc::Preallocation;
 use crate::types::{OpenError, StoreConfig};
 
 /// `(topic, queue_id, new max_offset)`, called on the appender thread.
@@ -40,6 +41,8 @@ pub struct Shared {
     pub messages_appended: AtomicU64,
     pub bytes_appended: AtomicU64,
     pub commitlog_fsyncs: AtomicU64,
+    /// Zeroed space ahead of the appender in the active segment.
+    pub preallocation: Preallocation,
     /// Serializes checkpoint writers; holds the last checkpoint written.
     pub checkpoint: Mutex<Checkpoint>,
 }

@@ -23,6 +23,10 @@ pub struct StoreConfig {
     pub append_queue_requests_max: usize,
     /// Largest whole record accepted.
     pub record_bytes_max: u32,
+    /// A hard cap on the CommitLog's live bytes (written position minus min position):
+    /// appends past it fail with `DiskFull` until retention frees segments. `u64::MAX` for
+    /// none; a real full disk (ENOSPC) fails the same way.
+    pub commitlog_bytes_max: u64,
 }
 
 impl StoreConfig {
@@ -41,6 +45,7 @@ impl StoreConfig {
             index_entries_max: 20_000_000,
             append_queue_requests_max: 16_384,
             record_bytes_max: 4 * 1024 * 1024 + 64 * 1024,
+            commitlog_bytes_max: u64::MAX,
         }
     }
 }

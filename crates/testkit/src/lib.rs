@@ -3,6 +3,7 @@
 //! the wire protocol, so tests drive the server exactly as a remote peer would.
 
 mod client;
+pub mod crash;
 mod process;
 
 pub use client::{SendOptions, WireClient};

@@ -12,6 +12,7 @@ pub mod frame;
 pub mod header;
 mod json_header;
 pub mod message;
+pub mod stats;
 
 pub use batch::{decode_batch, encode_batch, BatchEntry};
 pub use body::*;
@@ -27,3 +28,4 @@ pub use message::{
     StoredMessage, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PHYSICAL_OFFSET_POSITION,
     QUEUE_OFFSET_POSITION,
 };
+pub use stats::{ConsumeStats, OffsetWrapper, TopicOffset, TopicStatsTable};

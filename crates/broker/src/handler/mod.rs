@@ -13,10 +13,13 @@ use crate::connection::{Connection, Responder};
 
 mod admin;
 mod client;
+mod lock;
 mod offset;
 mod pull;
 mod query;
+mod retry;
 mod send;
+mod stats;
 
 /// Why a request was refused: a response code and the remark that explains it.
 #[derive(Debug)]
@@ -64,6 +67,11 @@ fn handler_for(code: i32) -> Option<Handler> {
         QUERY_TOPIC_CONSUME_BY_WHO => admin::topic_consumed_by,
         QUERY_MESSAGE => query::by_key,
         VIEW_MESSAGE_BY_ID => query::by_position,
+        LOCK_BATCH_MQ => lock::lock_batch,
+        UNLOCK_BATCH_MQ => lock::unlock_batch,
+        GET_TOPIC_STATS_INFO => stats::topic_stats,
+        GET_CONSUME_STATS => stats::consume_stats,
+        GET_TOPIC_CONFIG => stats::topic_config,
         _ => return None,
     })
 }
@@ -76,6 +84,7 @@ pub fn dispatch(broker: &Arc<Broker>, request: Command, responder: Responder) {
         request_code::PULL_MESSAGE | request_code::LITE_PULL_MESSAGE => {
             pull::handle(broker, request, responder)
         }
+        request_code::CONSUMER_SEND_MSG_BACK => retry::handle(broker, request, responder),
         code => {
             let response = match handler_for(code) {
                 Some(handler) => handler(broker, &request, responder.connection())

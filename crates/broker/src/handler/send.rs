@@ -12,12 +12,15 @@ use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHead
 use quiver_wire::message::{find_property, offset_msg_id, property, tags_code, StoredMessage};
 use quiver_wire::Command;
 
+use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
 use super::Refusal;
 use crate::broker::{now_ms, Broker};
 use crate::connection::{Connection, Responder};
 use crate::topic::{
-    topic_config, validate_topic_name, TopicShape, PERM_INHERIT, PERM_WRITE, RETRY_PREFIX,
+    topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, PERM_INHERIT, PERM_WRITE,
+    RETRY_PREFIX,
 };
+use crate::{delay, requeue};
 
 /// Properties are stored with a signed 16-bit length.
 const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
@@ -60,11 +63,12 @@ fn prepare(
     connection: &Connection,
 ) -> Result<Prepared, Refusal> {
     let ext = ext_or_err(request)?;
-    let header = if request.code == request_code::SEND_MESSAGE {
+    let mut header = if request.code == request_code::SEND_MESSAGE {
         SendMessageHeader::from_v1(ext)?
     } else {
         SendMessageHeader::from_v2(ext)?
     };
+    redirect_exhausted_retry(&mut header);
     let batch = request.code == request_code::SEND_BATCH_MESSAGE || header.batch;
     if broker.config.broker_permission & PERM_WRITE == 0 {
         let remark = format!(
@@ -141,13 +145,31 @@ fn prepare(
     })
 }
 
-/// The topic's shape, creating it first when RocketMQ would: retry topics always, others from
+/// A retry copy that a consumer sent itself (when CONSUMER_SEND_MSG_BACK failed) and that has
+/// used up its reconsume budget goes to the group's dead-letter topic, as in RocketMQ.
+fn redirect_exhausted_retry(header: &mut SendMessageHeader) {
+    let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) else {
+        return;
+    };
+    let max = header
+        .max_reconsume_times
+        .filter(|times| *times >= 0)
+        .unwrap_or(MAX_RECONSUME_TIMES_DEFAULT);
+    if header.reconsume_times > max {
+        header.topic = format!("{DLQ_PREFIX}{group}");
+        header.queue_id = 0;
+        header.properties = requeue::without_property(&header.properties, property::DELAY);
+    }
+}
+
+/// The topic's shape, creating it first when RocketMQ would: retry and dead-letter topics
+/// always (one queue), others from
 /// the producer's default topic (TBW102) when auto-create is on.
 fn topic_shape(broker: &Broker, header: &SendMessageHeader) -> Result<TopicShape, Refusal> {
     if let Some(shape) = broker.topics.shape(&header.topic) {
         return Ok(shape);
     }
-    let config = if header.topic.starts_with(RETRY_PREFIX) {
+    let config = if header.topic.starts_with(RETRY_PREFIX) || header.topic.starts_with(DLQ_PREFIX) {
         topic_config(&header.topic, 1, 6)
     } else {
         let template = broker
@@ -216,7 +238,7 @@ impl RecordBuilder<'_> {
             })
             .unwrap_or_default();
         keys.push(uniq_key.clone());
-        let message = StoredMessage {
+        let mut message = StoredMessage {
             queue_id: self.queue_id,
             flag,
             queue_offset: 0,
@@ -232,13 +254,19 @@ impl RecordBuilder<'_> {
             topic: self.header.topic.clone(),
             properties,
         };
+        // A delayed message waits in its level's schedule queue; its tag code is the due time.
+        let levels = &self.broker.config.delay_levels_ms;
+        let tags = match delay::requested_level(&message.properties, levels) {
+            Some(level) => delay::schedule(&mut message, level, levels),
+            None => tags,
+        };
         let mut bytes = Vec::with_capacity(message.encoded_len());
         message
             .encode(&mut bytes)
             .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e.to_string()))?;
         let record = Record {
             topic: message.topic,
-            queue_id: self.queue_id as u32,
+            queue_id: message.queue_id as u32,
             tags_code: tags,
             keys,
             store_timestamp_ms: self.now_ms,

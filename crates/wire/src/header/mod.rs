@@ -6,12 +6,14 @@
 //! keys, ...) are ignored on input.
 
 mod admin;
+mod consumer;
 mod namesrv;
 mod offset;
 mod pull;
 mod send;
 
 pub use admin::*;
+pub use consumer::*;
 pub use namesrv::*;
 pub use offset::*;
 pub use pull::*;

@@ -1,0 +1,225 @@
+//! `quiver bench consume`: a clustering push consumer that records, for every message, the
+//! time from its birth on the producer (B2C) and from its storage on the broker (S2C) to its
+//! arrival here. Both use millisecond wall clocks, as the Java benchmark consumer does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hdrhistogram::Histogram;
+use quiver_client::{
+    Client, ClientConfig, ConsumeFrom, MessageQueue, PushConsumer, PushConsumerConfig,
+    StoredMessage,
+};
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::histogram::{new_histogram, Percentiles, Recorder, SHARDS_MAX};
+use crate::machine::{process_cpu_s, Machine};
+use crate::report::{progress, ConsumeInterval, Counters, Goal, Summary, Throughput};
+use crate::schedule::{wait_until, Schedule, Stop};
+use crate::{lookup_error, write_json, BenchError, ConsumeArgs};
+
+struct Tally {
+    b2c: Recorder,
+    s2c: Recorder,
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    goal_messages: Option<u64>,
+    goal_reached: Notify,
+}
+
+impl Tally {
+    fn counters(&self) -> Counters {
+        Counters {
+            messages: self.messages.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            ..Counters::default()
+        }
+    }
+
+    fn consumed(&self, queue: &MessageQueue, messages: &[StoredMessage]) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as i64);
+        let shard = queue.queue_id as usize;
+        let mut bytes = 0;
+        for message in messages {
+            // Clocks of other hosts may run ahead; a negative span is recorded as the minimum.
+            let b2c_ms = (now_ms - message.born_timestamp).max(0) as u64;
+            let s2c_ms = (now_ms - message.store_timestamp).max(0) as u64;
+            self.b2c.record(shard, b2c_ms * 1_000);
+            self.s2c.record(shard, s2c_ms * 1_000);
+            bytes += message.body.len() as u64;
+        }
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let before = self
+            .messages
+            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        if let Some(goal) = self.goal_messages {
+            if before < goal && before + messages.len() as u64 >= goal {
+                self.goal_reached.notify_one();
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Record<'a> {
+    tool: &'static str,
+    version: &'static str,
+    machine: &'a Machine,
+    parameters: &'a ConsumeArgs,
+    intervals: &'a [ConsumeInterval],
+    summary: &'a Summary,
+    b2c: Percentiles,
+    s2c: Percentiles,
+    stopped_by: Stop,
+}
+
+pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
+    let machine = Machine::read();
+    let cpu_at_start = process_cpu_s();
+    let namesrv = &args.run.namesrv;
+    let client = Client::new(ClientConfig::new(namesrv))?;
+    let tally = Arc::new(Tally {
+        b2c: Recorder::new(SHARDS_MAX),
+        s2c: Recorder::new(SHARDS_MAX),
+        messages: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        goal_messages: args.run.messages,
+        goal_reached: Notify::new(),
+    });
+    let mut config = PushConsumerConfig::new(&args.group, &args.topic);
+    config.expression = args.expression.clone();
+    config.consume_from = if args.from == "first" {
+        ConsumeFrom::FirstOffset
+    } else {
+        ConsumeFrom::LastOffset
+    };
+    let sink = tally.clone();
+    let consumer = PushConsumer::start(
+        client,
+        config,
+        Arc::new(move |queue: &MessageQueue, messages: &[StoredMessage]| {
+            sink.consumed(queue, messages)
+        }),
+    )
+    .await
+    .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
+    println!(
+        "quiver bench consume: topic {}, group {}, expression {}, {} queue(s) assigned, name server {}\n\
+         B2C and S2C come from millisecond timestamps (0.001 ms means under 1 ms)\nmachine: {}",
+        args.topic,
+        args.group,
+        args.expression,
+        consumer.assigned().len(),
+        namesrv,
+        machine.line()
+    );
+    let start = Instant::now();
+    let goal = match (args.run.messages, args.run.duration) {
+        (Some(messages), _) => Goal::Messages(messages),
+        (None, Some(seconds)) => Goal::Seconds(args.run.warmup + seconds),
+        (None, None) => Goal::Forever,
+    };
+    let outcome = report_loop(&args, &tally, start, goal, cpu_at_start).await;
+    let (intervals, summary, b2c, s2c, stopped_by) = outcome;
+    for line in summary.lines("B2C") {
+        println!("{line}");
+    }
+    println!("S2C: mean {:.3} ms, {}", s2c.mean_ms, s2c.line());
+    if let Err(error) = consumer.shutdown().await {
+        eprintln!("quiver bench: committing offsets at the end failed: {error}");
+    }
+    if let Some(path) = &args.run.json {
+        let record = Record {
+            tool: "quiver bench consume",
+            version: env!("CARGO_PKG_VERSION"),
+            machine: &machine,
+            parameters: &args,
+            intervals: &intervals,
+            summary: &summary,
+            b2c,
+            s2c,
+            stopped_by,
+        };
+        write_json(path, &record)?;
+        println!("Wrote {}", path.display());
+    }
+    Ok(())
+}
+
+type Outcome = (
+    Vec<ConsumeInterval>,
+    Summary,
+    Percentiles,
+    Percentiles,
+    Stop,
+);
+
+async fn report_loop(
+    args: &ConsumeArgs,
+    tally: &Tally,
+    start: Instant,
+    goal: Goal,
+    cpu_at_start: f64,
+) -> Outcome {
+    let run = &args.run;
+    let mut schedule = Schedule::new(start, run.warmup, run.duration, run.report_interval);
+    let mut intervals = Vec::new();
+    let mut last = Counters::default();
+    let mut measure_start = (start, Counters::default());
+    let mut b2c_measured: Histogram<u64> = new_histogram();
+    let mut s2c_measured: Histogram<u64> = new_histogram();
+    loop {
+        let mut stopped_by = wait_until(schedule.next_report_at(), &tally.goal_reached).await;
+        if stopped_by.is_none() && schedule.finished(Instant::now()) {
+            stopped_by = Some(Stop::Goal);
+        }
+        let now = Instant::now();
+        let interval = schedule.close(now);
+        let counters = tally.counters();
+        let (b2c, s2c) = (tally.b2c.drain(), tally.s2c.drain());
+        let line = ConsumeInterval::new(
+            interval.elapsed_s,
+            interval.length_s,
+            interval.warmup,
+            &counters.since(&last),
+            Percentiles::of(&b2c),
+            Percentiles::of(&s2c),
+        );
+        println!(
+            "{} {}",
+            progress(interval.elapsed_s, goal, counters.messages, interval.warmup),
+            line.line()
+        );
+        intervals.push(line);
+        last = counters;
+        if !interval.warmup {
+            let _ = b2c_measured.add(&b2c);
+            let _ = s2c_measured.add(&s2c);
+        } else if interval.ends_warmup {
+            measure_start = (now, counters);
+        }
+        if let Some(stop) = stopped_by {
+            if stop == Stop::Interrupted {
+                println!("Interrupted.");
+            }
+            let measured_s = (now - measure_start.0).as_secs_f64();
+            let total = counters.since(&measure_start.1);
+            let cpu_s = process_cpu_s() - cpu_at_start;
+            let summary = Summary {
+                measured_s,
+                counters: total,
+                throughput: Throughput::of(&total, measured_s),
+                latency: Percentiles::of(&b2c_measured),
+                process_cpu_s: cpu_s,
+                process_cores: cpu_s / (now - start).as_secs_f64().max(1e-9),
+            };
+            let s2c = Percentiles::of(&s2c_measured);
+            let b2c = summary.latency;
+            return (intervals, summary, b2c, s2c, stop);
+        }
+    }
+}

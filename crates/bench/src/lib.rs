@@ -1,0 +1,208 @@
+//! `quiver bench produce` and `quiver bench consume`: the figures RocketMQ's `producer.sh` /
+//! `consumer.sh` print (Send TPS, Max RT, Average RT, Send Failed, Response Failed; consume TPS,
+//! born-to-consume and store-to-consume latency), plus HDR percentiles and bytes per second,
+//! against Quiver or any RocketMQ cluster.
+//!
+//! Senders are tasks on a small tokio runtime, pipelined over one connection per broker, so
+//! `-w 64` means 64 requests in flight rather than 64 threads.
+
+mod consume;
+mod histogram;
+mod machine;
+mod produce;
+mod report;
+mod schedule;
+
+use std::path::PathBuf;
+
+use quiver_client::ClientError;
+use serde::Serialize;
+
+pub use histogram::{Percentiles, Recorder};
+pub use machine::Machine;
+pub use report::{ConsumeInterval, Counters, Goal, ProduceInterval, Summary, Throughput};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Send messages and report send TPS, round-trip latency percentiles and bytes per second.
+    Produce(ProduceArgs),
+    /// Consume a topic and report consume TPS and born/store-to-consume latency percentiles.
+    Consume(ConsumeArgs),
+}
+
+/// Options shared by both commands.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct RunArgs {
+    /// Name server addresses, `host:port;host:port`.
+    #[arg(short = 'n', long = "namesrv", default_value = "127.0.0.1:9876")]
+    pub namesrv: String,
+    /// Stop after this many messages (warm-up included).
+    #[arg(long, conflicts_with = "duration")]
+    pub messages: Option<u64>,
+    /// Measure for this many seconds after the warm-up (default: until Ctrl-C).
+    #[arg(long, value_parser = positive_seconds)]
+    pub duration: Option<f64>,
+    /// Seconds at the start that are reported but left out of the summary.
+    #[arg(long, default_value_t = 0.0, value_parser = seconds)]
+    pub warmup: f64,
+    /// Seconds between report lines.
+    #[arg(long = "report-interval", default_value_t = 10.0, value_parser = positive_seconds)]
+    pub report_interval: f64,
+    /// Also write parameters, every interval, the summary and the machine to this JSON file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Worker threads of the bench's async runtime.
+    #[arg(long = "runtime-threads", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub runtime_threads: u32,
+}
+
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct ProduceArgs {
+    #[arg(short = 't', long, default_value = "BenchmarkTest")]
+    pub topic: String,
+    /// Concurrent senders, each with one request in flight (`--async`: a window of them).
+    #[arg(short = 'w', long = "threads", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub senders: u32,
+    /// Message body size in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub size: u32,
+    /// Give every message a key (the current second, as the Java benchmark does).
+    #[arg(short = 'k', long = "keys")]
+    pub keys: bool,
+    /// Create the topic with this many queues on every broker of the cluster first.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub queues: Option<u32>,
+    /// Messages per second in total; latency is measured from each message's intended send
+    /// time, so stalls show in the percentiles (coordinated omission).
+    #[arg(long, value_parser = positive_rate)]
+    pub rate: Option<f64>,
+    /// Messages per SEND_BATCH_MESSAGE request (1: plain sends).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub batch: u32,
+    /// Do not wait for each response before the next send (up to --async-window per sender).
+    #[arg(long = "async")]
+    pub async_send: bool,
+    #[arg(long = "async-window", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub async_window: u32,
+    #[arg(long, default_value = "benchmark_producer")]
+    pub group: String,
+    #[arg(long = "send-timeout-ms", default_value_t = 3_000)]
+    pub send_timeout_ms: u64,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct ConsumeArgs {
+    #[arg(short = 't', long, default_value = "BenchmarkTest")]
+    pub topic: String,
+    #[arg(short = 'g', long, default_value = "benchmark_consumer")]
+    pub group: String,
+    /// Tag expression: `*` or `tagA || tagB`.
+    #[arg(short = 'e', long, default_value = "*")]
+    pub expression: String,
+    /// Where a queue without a committed offset starts.
+    #[arg(long, default_value = "last", value_parser = ["last", "first"])]
+    pub from: String,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+fn seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if value.is_finite() && value >= 0.0 {
+        Ok(value)
+    } else {
+        Err(format!("{text} must be zero or more seconds"))
+    }
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match seconds(text)? {
+        value if value > 0.0 => Ok(value),
+        _ => Err(format!("{text} must be more than zero seconds")),
+    }
+}
+
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!(
+            "{text:?} is not a positive number of messages per second"
+        )),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot reach the name server at {namesrv}: {reason}")]
+    NamesrvUnreachable { namesrv: String, reason: String },
+    #[error("topic {topic} does not exist on the cluster of {namesrv}; create it with `quiver bench produce -t {topic} --queues 8` or `mqadmin updateTopic`")]
+    TopicMissing { topic: String, namesrv: String },
+    #[error("the name server at {namesrv} knows no broker")]
+    NoBroker { namesrv: String },
+    #[error("cannot create topic {topic} on broker {broker}: {reason}")]
+    CreateTopic {
+        topic: String,
+        broker: String,
+        reason: String,
+    },
+    #[error("cannot write {path}: {reason}")]
+    Json { path: PathBuf, reason: String },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Runs a bench command on its own small runtime; returns when the run ends (goal reached or
+/// Ctrl-C) and everything was reported.
+pub fn run(command: BenchCommand) -> Result<(), BenchError> {
+    let threads = match &command {
+        BenchCommand::Produce(args) => args.run.runtime_threads,
+        BenchCommand::Consume(args) => args.run.runtime_threads,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads as usize)
+        .enable_all()
+        .build()
+        .map_err(|error| BenchError::Runtime(error.to_string()))?;
+    runtime.block_on(async move {
+        match command {
+            BenchCommand::Produce(args) => produce::run(args).await,
+            BenchCommand::Consume(args) => consume::run(args).await,
+        }
+    })
+}
+
+/// Maps a failed first lookup to the error a person needs to see.
+pub(crate) fn lookup_error(error: ClientError, namesrv: &str, topic: &str) -> BenchError {
+    match error {
+        ClientError::NamesrvUnreachable { last_error, .. } => BenchError::NamesrvUnreachable {
+            namesrv: namesrv.to_owned(),
+            reason: last_error,
+        },
+        ClientError::TopicNotFound { .. } => BenchError::TopicMissing {
+            topic: topic.to_owned(),
+            namesrv: namesrv.to_owned(),
+        },
+        other => BenchError::Client(other),
+    }
+}
+
+/// Writes the JSON record of a run.
+pub(crate) fn write_json(
+    path: &std::path::Path,
+    record: &impl Serialize,
+) -> Result<(), BenchError> {
+    let text = serde_json::to_vec_pretty(record).map_err(|error| BenchError::Json {
+        path: path.to_owned(),
+        reason: error.to_string(),
+    })?;
+    std::fs::write(path, text).map_err(|error| BenchError::Json {
+        path: path.to_owned(),
+        reason: error.to_string(),
+    })
+}

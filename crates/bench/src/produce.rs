@@ -1,0 +1,491 @@
+//! `quiver bench produce`.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use quiver_client::{
+    Client, ClientConfig, ClientError, Message, Producer, ProducerConfig, SendResult,
+};
+use serde::Serialize;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+
+use crate::histogram::{new_histogram, Percentiles, Recorder};
+use crate::machine::{process_cpu_s, Machine};
+use crate::report::{progress, Counters, Goal, ProduceInterval, Summary, Throughput};
+use crate::schedule::{wait_until, Schedule, Stop};
+use crate::{lookup_error, write_json, BenchError, ProduceArgs};
+
+/// How long the run waits for sends still in flight after it stopped.
+const DRAIN_GRACE_MS: u64 = 2_000;
+/// Resolution of tokio's timer.
+const TIMER_TICK: Duration = Duration::from_millis(1);
+/// Brokers register with the name server asynchronously, so a cluster that has just started
+/// may not list its broker or TBW102 yet: look again for this long before calling them missing.
+const REGISTRATION_GRACE_MS: u64 = 3_000;
+/// How long `--queues` waits for the name server to route the new topic.
+const ROUTE_WAIT_MS: u64 = 15_000;
+
+/// Everything the senders share: the producer, the counters, the latency recorder and the
+/// limits of the run.
+struct Shared {
+    producer: Producer,
+    message: Message,
+    batch: usize,
+    keys: bool,
+    recorder: Recorder,
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    send_failed: AtomicU64,
+    response_failed: AtomicU64,
+    /// Messages left to send with `--messages`; None runs until stopped.
+    remaining: Option<AtomicI64>,
+    pacer: Option<Pacer>,
+    stop: AtomicBool,
+    running: AtomicUsize,
+    all_done: Notify,
+}
+
+/// `--rate`: message n is due at start + n / rate, whatever happened to earlier ones.
+struct Pacer {
+    start: Instant,
+    nanos_per_message: f64,
+    tickets: AtomicU64,
+}
+
+impl Pacer {
+    /// When the last of the next `count` messages is due.
+    fn next(&self, count: u64) -> Instant {
+        let first = self.tickets.fetch_add(count, Ordering::Relaxed);
+        let last = first + count - 1;
+        self.start + Duration::from_nanos((last as f64 * self.nanos_per_message) as u64)
+    }
+}
+
+impl Shared {
+    fn counters(&self) -> Counters {
+        Counters {
+            messages: self.messages.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            send_failed: self.send_failed.load(Ordering::Relaxed),
+            response_failed: self.response_failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How many of the next `wanted` messages may still be sent.
+    fn take(&self, wanted: usize) -> usize {
+        if self.stop.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let Some(remaining) = &self.remaining else {
+            return wanted;
+        };
+        let before = remaining.fetch_sub(wanted as i64, Ordering::Relaxed);
+        before.clamp(0, wanted as i64) as usize
+    }
+
+    fn finish(
+        &self,
+        task: usize,
+        started: Instant,
+        count: usize,
+        result: Result<SendResult, ClientError>,
+    ) {
+        match result {
+            Ok(_) => {
+                let latency_us = started.elapsed().as_micros() as u64;
+                self.recorder.record(task, latency_us);
+                self.messages.fetch_add(count as u64, Ordering::Relaxed);
+                self.bytes
+                    .fetch_add((count * self.message.body.len()) as u64, Ordering::Relaxed);
+            }
+            Err(ClientError::Refused { .. }) => {
+                self.response_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.send_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Record<'a> {
+    tool: &'static str,
+    version: &'static str,
+    machine: &'a Machine,
+    parameters: &'a ProduceArgs,
+    intervals: &'a [ProduceInterval],
+    summary: &'a Summary,
+    stopped_by: Stop,
+}
+
+pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
+    let machine = Machine::read();
+    let cpu_at_start = process_cpu_s();
+    let mut config = ClientConfig::new(&args.run.namesrv);
+    config.request_timeout_ms = args.send_timeout_ms;
+    let client = Client::new(config)?;
+    prepare_topic(&client, &args).await?;
+    let producer = Producer::new(
+        client.clone(),
+        ProducerConfig {
+            group: args.group.clone(),
+            send_timeout_ms: args.send_timeout_ms,
+            ..ProducerConfig::default()
+        },
+    );
+    println!("{}", header(&args, &machine));
+    let start = Instant::now();
+    let shared = Arc::new(Shared {
+        producer,
+        message: Message::new(args.topic.clone(), Bytes::from(body(args.size as usize))),
+        batch: args.batch as usize,
+        keys: args.keys,
+        recorder: Recorder::new(args.senders as usize),
+        messages: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        send_failed: AtomicU64::new(0),
+        response_failed: AtomicU64::new(0),
+        remaining: args
+            .run
+            .messages
+            .map(|n| AtomicI64::new(n.min(i64::MAX as u64) as i64)),
+        pacer: args.rate.map(|rate| Pacer {
+            start,
+            nanos_per_message: 1e9 / rate,
+            tickets: AtomicU64::new(0),
+        }),
+        stop: AtomicBool::new(false),
+        running: AtomicUsize::new(args.senders as usize),
+        all_done: Notify::new(),
+    });
+    let senders: Vec<_> = (0..args.senders as usize)
+        .map(|task| {
+            let shared = shared.clone();
+            let window = args.async_send.then_some(args.async_window as usize);
+            tokio::spawn(async move {
+                match window {
+                    Some(window) => send_async_loop(task, &shared, window).await,
+                    None => send_loop(task, &shared).await,
+                }
+                if shared.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    shared.all_done.notify_one();
+                }
+            })
+        })
+        .collect();
+
+    let goal = match (args.run.messages, args.run.duration) {
+        (Some(messages), _) => Goal::Messages(messages),
+        (None, Some(seconds)) => Goal::Seconds(args.run.warmup + seconds),
+        (None, None) => Goal::Forever,
+    };
+    let (intervals, summary, stopped_by) =
+        report_loop(&args, &shared, start, goal, cpu_at_start).await;
+    for sender in senders {
+        sender.abort();
+    }
+    for line in summary.lines("Send RT") {
+        println!("{line}");
+    }
+    if let Some(path) = &args.run.json {
+        let record = Record {
+            tool: "quiver bench produce",
+            version: env!("CARGO_PKG_VERSION"),
+            machine: &machine,
+            parameters: &args,
+            intervals: &intervals,
+            summary: &summary,
+            stopped_by,
+        };
+        write_json(path, &record)?;
+        println!("Wrote {}", path.display());
+    }
+    shared.producer.shutdown().await;
+    Ok(())
+}
+
+fn body(size: usize) -> Vec<u8> {
+    // Printable and varied, so compression or dedup on the path cannot flatter the figures.
+    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+fn header(args: &ProduceArgs, machine: &Machine) -> String {
+    let mode = match (args.async_send, args.rate) {
+        (true, _) => format!("async, window {} per sender", args.async_window),
+        (false, _) => "sync".to_owned(),
+    };
+    let rate = args.rate.map_or(String::from("as fast as possible"), |r| {
+        format!("{r:.0} msg/s")
+    });
+    format!(
+        "quiver bench produce: topic {}, {} senders, {} B bodies, batch {}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
+        args.topic, args.senders, args.size, args.batch, args.run.runtime_threads, args.run.namesrv, machine.line()
+    )
+}
+
+/// Checks the name server, creates the topic with `--queues`, and refuses a topic that
+/// neither exists nor can be auto-created.
+async fn prepare_topic(client: &Client, args: &ProduceArgs) -> Result<(), BenchError> {
+    let namesrv = &args.run.namesrv;
+    if let Some(queues) = args.queues {
+        create_topic(client, args, queues as i32).await?;
+    }
+    let exists = client
+        .fetch_route(&args.topic)
+        .await
+        .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
+    if exists.is_none() {
+        let deadline = Instant::now() + Duration::from_millis(REGISTRATION_GRACE_MS);
+        loop {
+            match client.publish_route(&args.topic).await {
+                Ok(_) => break,
+                Err(ClientError::TopicNotFound { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(error) => return Err(lookup_error(error, namesrv, &args.topic)),
+            }
+        }
+        println!(
+            "topic {} does not exist yet: the brokers will create it from TBW102 on the first send",
+            args.topic
+        );
+    }
+    Ok(())
+}
+
+async fn create_topic(client: &Client, args: &ProduceArgs, queues: i32) -> Result<(), BenchError> {
+    let namesrv = &args.run.namesrv;
+    let deadline = Instant::now() + Duration::from_millis(REGISTRATION_GRACE_MS);
+    let masters = loop {
+        let cluster = client
+            .cluster_info()
+            .await
+            .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
+        let masters: Vec<String> = cluster
+            .broker_addr_table
+            .values()
+            .filter_map(|broker| broker.broker_addrs.get(&0).cloned())
+            .collect();
+        if !masters.is_empty() {
+            break masters;
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::NoBroker {
+                namesrv: namesrv.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for broker in &masters {
+        client
+            .create_topic(broker, &args.topic, queues)
+            .await
+            .map_err(|error| BenchError::CreateTopic {
+                topic: args.topic.clone(),
+                broker: broker.clone(),
+                reason: error.to_string(),
+            })?;
+    }
+    // Brokers register the new topic with the name server right away, but asynchronously.
+    let wanted = masters.len() * queues as usize;
+    let deadline = Instant::now() + Duration::from_millis(ROUTE_WAIT_MS);
+    loop {
+        match client.refresh_route(&args.topic).await {
+            Ok(route) if route.write_queues.len() >= wanted => break,
+            _ if Instant::now() >= deadline => break,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    println!(
+        "created topic {} with {queues} queues on {} broker(s)",
+        args.topic,
+        masters.len()
+    );
+    Ok(())
+}
+
+/// Keys as the Java benchmark sets them: the current second.
+fn with_current_key(message: &mut Message, second: &mut u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    if now != *second || message.keys.is_empty() {
+        *second = now;
+        message.keys = vec![now.to_string()];
+    }
+}
+
+/// Waits for a paced send's due time; returns the instant its latency counts from.
+///
+/// The timer fires on whole milliseconds, at or after its deadline, so waiting for `due`
+/// itself would add up to 1 ms of the tool's own lateness to every latency. Waking 1 ms early
+/// and counting from the later of `due` and the actual start keeps that out, while a send that
+/// is late for any other reason (a stall, every sender busy) still counts from when it was due.
+async fn wait_for(due: Option<Instant>) -> Instant {
+    let Some(due) = due else {
+        return Instant::now();
+    };
+    if let Some(wake) = due.checked_sub(TIMER_TICK) {
+        tokio::time::sleep_until(wake).await;
+    }
+    due.max(Instant::now())
+}
+
+async fn send_loop(task: usize, shared: &Shared) {
+    let mut message = shared.message.clone();
+    let mut batch = vec![message.clone(); shared.batch];
+    let mut second = 0;
+    loop {
+        let count = shared.take(shared.batch);
+        if count == 0 {
+            return;
+        }
+        let due = shared.pacer.as_ref().map(|pacer| pacer.next(count as u64));
+        let started = wait_for(due).await;
+        let result = if shared.batch > 1 {
+            if shared.keys {
+                batch
+                    .iter_mut()
+                    .for_each(|m| with_current_key(m, &mut second));
+            }
+            shared.producer.send_batch(&batch[..count]).await
+        } else {
+            if shared.keys {
+                with_current_key(&mut message, &mut second);
+            }
+            shared.producer.send(&message).await
+        };
+        shared.finish(task, started, count, result);
+    }
+}
+
+async fn send_async_loop(task: usize, shared: &Arc<Shared>, window: usize) {
+    let permits = Arc::new(Semaphore::new(window));
+    let mut message = shared.message.clone();
+    let mut second = 0;
+    loop {
+        let count = shared.take(shared.batch);
+        if count == 0 {
+            break;
+        }
+        let due = shared.pacer.as_ref().map(|pacer| pacer.next(count as u64));
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let started = wait_for(due).await;
+        if shared.keys {
+            with_current_key(&mut message, &mut second);
+        }
+        let shared = shared.clone();
+        let batch = (shared.batch > 1).then(|| vec![message.clone(); count]);
+        let single = message.clone();
+        tokio::spawn(async move {
+            let result = match batch {
+                Some(batch) => shared.producer.send_batch(&batch).await,
+                None => shared.producer.send(&single).await,
+            };
+            shared.finish(task, started, count, result);
+            drop(permit);
+        });
+    }
+    // Wait for this sender's sends still in flight (bounded by the send timeout).
+    let _ = permits.acquire_many(window as u32).await;
+}
+
+/// Prints a line per interval until the goal or Ctrl-C; returns the intervals, the summary
+/// and why the run stopped.
+async fn report_loop(
+    args: &ProduceArgs,
+    shared: &Shared,
+    start: Instant,
+    goal: Goal,
+    cpu_at_start: f64,
+) -> (Vec<ProduceInterval>, Summary, Stop) {
+    let run = &args.run;
+    let mut schedule = Schedule::new(start, run.warmup, run.duration, run.report_interval);
+    let mut intervals = Vec::new();
+    let mut last = Counters::default();
+    let mut phase_start = Counters::default();
+    let mut measure_start = (start, Counters::default());
+    let mut phase_max_ms = 0.0f64;
+    let mut measured: Histogram<u64> = new_histogram();
+    let mut stopped_by = None;
+    loop {
+        if stopped_by.is_none() {
+            stopped_by = wait_until(schedule.next_report_at(), &shared.all_done).await;
+            if stopped_by.is_none() && schedule.finished(Instant::now()) {
+                stopped_by = Some(Stop::Goal);
+            }
+        }
+        if stopped_by.is_some() {
+            shared.stop.store(true, Ordering::Relaxed);
+            drain(shared).await;
+        }
+        let now = Instant::now();
+        let interval = schedule.close(now);
+        let counters = shared.counters();
+        let histogram = shared.recorder.drain();
+        let latency = Percentiles::of(&histogram);
+        let delta = counters.since(&last);
+        let phase = counters.since(&phase_start);
+        let line = ProduceInterval::new(
+            interval.elapsed_s,
+            interval.length_s,
+            interval.warmup,
+            &delta,
+            &phase,
+            latency,
+            phase_max_ms,
+        );
+        phase_max_ms = line.max_rt_ms;
+        println!(
+            "{} {}",
+            progress(interval.elapsed_s, goal, counters.messages, interval.warmup),
+            line.line()
+        );
+        intervals.push(line);
+        last = counters;
+        if interval.warmup {
+            if interval.ends_warmup {
+                phase_start = counters;
+                phase_max_ms = 0.0;
+                measure_start = (now, counters);
+            }
+        } else {
+            let _ = measured.add(&histogram);
+        }
+        if let Some(stop) = stopped_by {
+            let measured_s = (now - measure_start.0).as_secs_f64();
+            let total = counters.since(&measure_start.1);
+            let cpu_s = process_cpu_s() - cpu_at_start;
+            let summary = Summary {
+                measured_s,
+                counters: total,
+                throughput: Throughput::of(&total, measured_s),
+                latency: Percentiles::of(&measured),
+                process_cpu_s: cpu_s,
+                process_cores: cpu_s / (now - start).as_secs_f64().max(1e-9),
+            };
+            if stop == Stop::Interrupted {
+                println!("Interrupted.");
+            }
+            return (intervals, summary, stop);
+        }
+    }
+}
+
+/// Waits for the senders to see the stop flag and their last sends to come back.
+async fn drain(shared: &Shared) {
+    let grace = Duration::from_millis(DRAIN_GRACE_MS);
+    let _ = tokio::time::timeout(grace, async {
+        while shared.running.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}

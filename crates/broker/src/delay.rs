@@ -1,0 +1,301 @@
+//! Delayed delivery with RocketMQ's delay levels. A message with property DELAY=n is stored in
+//! `SCHEDULE_TOPIC_XXXX`, queue n-1, with its real topic and queue in REAL_TOPIC / REAL_QID.
+//! Every queue of that topic holds one level, so its messages fall due in store order; the
+//! scheduler walks each queue from the last delivered offset, stores each due message again
+//! under its real topic, and advances the offset once the store has taken the copies.
+//! Delivered offsets are kept in `config/delayOffset.json`; after a crash the messages after the
+//! last persisted offset are delivered again (at least once, as in RocketMQ).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quiver_store::{ReadStatus, Record};
+use quiver_wire::body;
+use quiver_wire::message::{find_property, property, StoredMessage};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::broker::{now_ms, Broker};
+use crate::persist;
+use crate::requeue;
+
+pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+/// RocketMQ's default `messageDelayLevel`: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
+pub const DEFAULT_LEVELS_MS: [u64; 18] = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
+/// More levels would mean more schedule queues to poll; RocketMQ ships 18.
+const LEVELS_MAX: usize = 64;
+/// A level's delay at most: 30 days.
+const LEVEL_MS_MAX: u64 = 30 * 24 * 3_600_000;
+/// RocketMQ's scheduler also looks every 100 ms; a message is late by at most this much.
+const POLL_INTERVAL_MS: u64 = 100;
+const PERSIST_EVERY_POLLS: u32 = 10;
+/// Messages moved per level per poll; keeps one poll's append request small.
+const MESSAGES_PER_POLL_MAX: u32 = 64;
+const READ_BYTES_MAX: u32 = 4 * 1024 * 1024;
+
+/// Parses `messageDelayLevel`: space-separated durations with the units RocketMQ accepts
+/// (`s`, `m`, `h`, `d`), e.g. "1s 5s 10s 30s 1m".
+pub fn parse_levels(text: &str) -> Result<Vec<u64>, &'static str> {
+    const ALLOWED: &str =
+        "space-separated durations such as 1s 5s 2m 1h 1d (1 to 64 levels, each up to 30 days)";
+    let mut levels = Vec::new();
+    for word in text.split_whitespace() {
+        let split = word.find(|c: char| !c.is_ascii_digit()).ok_or(ALLOWED)?;
+        let (number, unit) = word.split_at(split);
+        let number: u64 = number.parse().map_err(|_| ALLOWED)?;
+        let unit_ms = match unit {
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(ALLOWED),
+        };
+        let ms = number.checked_mul(unit_ms).ok_or(ALLOWED)?;
+        if ms == 0 || ms > LEVEL_MS_MAX {
+            return Err(ALLOWED);
+        }
+        levels.push(ms);
+    }
+    if levels.is_empty() || levels.len() > LEVELS_MAX {
+        return Err(ALLOWED);
+    }
+    Ok(levels)
+}
+
+/// The DELAY level a message asks for, clamped to the highest level; None for no delay.
+pub fn requested_level(properties: &str, levels: &[u64]) -> Option<usize> {
+    let level: i64 = find_property(properties, property::DELAY)?
+        .trim()
+        .parse()
+        .ok()?;
+    (level > 0).then(|| (level as usize).min(levels.len()))
+}
+
+/// Turns `message` into its schedule-queue form for `level` (1-based, already clamped).
+/// Returns the delivery time, which RocketMQ stores as the ConsumeQueue tag code.
+pub fn schedule(message: &mut StoredMessage, level: usize, levels: &[u64]) -> i64 {
+    let mut properties =
+        requeue::with_property(&message.properties, property::REAL_TOPIC, &message.topic);
+    properties = requeue::with_property(
+        &properties,
+        property::REAL_QID,
+        &message.queue_id.to_string(),
+    );
+    properties = requeue::with_property(&properties, property::DELAY, &level.to_string());
+    message.properties = properties;
+    message.topic = SCHEDULE_TOPIC.to_string();
+    message.queue_id = level as i32 - 1;
+    message.store_timestamp + levels[level - 1] as i64
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct OffsetsFile {
+    /// level -> next schedule-queue offset to deliver
+    offset_table: BTreeMap<i32, i64>,
+}
+
+/// How far each level has been delivered.
+pub struct DelayOffsets {
+    path: PathBuf,
+    table: Mutex<OffsetsFile>,
+    dirty: AtomicBool,
+}
+
+impl DelayOffsets {
+    pub fn open(path: PathBuf) -> Result<DelayOffsets, String> {
+        let file = match persist::read_if_present(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+        {
+            Some(bytes) => body::from_json::<OffsetsFile>(&bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+            None => OffsetsFile::default(),
+        };
+        Ok(DelayOffsets {
+            path,
+            table: Mutex::new(file),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    fn get(&self, level: usize) -> u64 {
+        let table = self.table.lock().expect("delay offsets lock poisoned");
+        table
+            .offset_table
+            .get(&(level as i32))
+            .map_or(0, |o| (*o).max(0) as u64)
+    }
+
+    fn set(&self, level: usize, offset: u64) {
+        let mut table = self.table.lock().expect("delay offsets lock poisoned");
+        table.offset_table.insert(level as i32, offset as i64);
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    pub fn persist_if_dirty(&self) -> std::io::Result<()> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let bytes = body::to_json(&*self.table.lock().expect("delay offsets lock poisoned"));
+        let result = persist::write_atomically(&self.path, &bytes);
+        if result.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        result
+    }
+}
+
+/// The scheduler task: every 100 ms, moves the due messages of every level.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut polls = 0u32;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tick.tick() => {}
+        }
+        for level in 1..=broker.config.delay_levels_ms.len() {
+            deliver_due(&broker, level).await;
+        }
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
+            persist(&broker).await;
+        }
+    }
+    persist(&broker).await;
+}
+
+async fn persist(broker: &Arc<Broker>) {
+    let owner = broker.clone();
+    let result = tokio::task::spawn_blocking(move || owner.delay_offsets.persist_if_dirty()).await;
+    if let Ok(Err(error)) = result {
+        tracing::error!(%error, "could not persist delay offsets");
+    }
+}
+
+async fn deliver_due(broker: &Broker, level: usize) {
+    let queue_id = level as u32 - 1;
+    let offset = broker.delay_offsets.get(level);
+    let bounds = broker.store.bounds(SCHEDULE_TOPIC, queue_id);
+    if offset >= bounds.max_offset && offset >= bounds.min_offset {
+        return;
+    }
+    let read = match broker.store.read(
+        SCHEDULE_TOPIC,
+        queue_id,
+        offset,
+        MESSAGES_PER_POLL_MAX,
+        READ_BYTES_MAX,
+        &|_| true,
+    ) {
+        Ok(read) => read,
+        Err(error) => {
+            tracing::warn!(level, offset, %error, "cannot read the schedule queue");
+            return;
+        }
+    };
+    if read.status != ReadStatus::Found {
+        // Offsets below the queue's minimum were removed; continue where the store says.
+        if read.next_offset != offset {
+            broker.delay_offsets.set(level, read.next_offset);
+        }
+        return;
+    }
+    let (records, next) = due_records(broker, level, &read.bytes, offset);
+    if records.is_empty() {
+        if next != offset {
+            broker.delay_offsets.set(level, next);
+        }
+        return;
+    }
+    match requeue::append(&broker.store, records).await {
+        Ok(_) => broker.delay_offsets.set(level, next),
+        Err(error) => {
+            tracing::warn!(level, %error, "delivering delayed messages failed; will retry")
+        }
+    }
+}
+
+/// The due messages at the front of a read, rebuilt for their real topic, and the offset after
+/// the last one taken.
+fn due_records(broker: &Broker, level: usize, bytes: &[u8], offset: u64) -> (Vec<Record>, u64) {
+    let delay_ms = broker.config.delay_levels_ms[level - 1] as i64;
+    let now = now_ms();
+    let mut records = Vec::new();
+    let mut next = offset;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (message, size) = match StoredMessage::decode(rest, false) {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                tracing::error!(level, offset = next, %error, "undecodable schedule record skipped");
+                return (records, next + 1);
+            }
+        };
+        rest = &rest[size..];
+        if message.store_timestamp + delay_ms > now {
+            break;
+        }
+        next = message.queue_offset as u64 + 1;
+        match real_message(message, broker, now).and_then(|m| requeue::record_of(&m)) {
+            Ok(record) => records.push(record),
+            Err(error) => {
+                tracing::error!(level, %error, "delayed message dropped: cannot rebuild it")
+            }
+        }
+    }
+    (records, next)
+}
+
+fn real_message(
+    mut message: StoredMessage,
+    broker: &Broker,
+    now: i64,
+) -> Result<StoredMessage, String> {
+    let topic = message
+        .property(property::REAL_TOPIC)
+        .ok_or("no REAL_TOPIC property")?;
+    let queue_id: i32 = message
+        .property(property::REAL_QID)
+        .and_then(|q| q.parse().ok())
+        .ok_or("no REAL_QID property")?;
+    message.properties = requeue::without_property(&message.properties, property::DELAY);
+    message.topic = topic;
+    message.queue_id = queue_id;
+    message.store_timestamp = now;
+    message.store_host = broker.store_host;
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_parse_like_rocketmq() {
+        assert_eq!(
+            parse_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h").unwrap(),
+            DEFAULT_LEVELS_MS.to_vec()
+        );
+        assert_eq!(parse_levels(" 2s  1d ").unwrap(), vec![2_000, 86_400_000]);
+        for bad in ["", "1", "1x", "s", "0s", "31d", "-1s"] {
+            assert!(parse_levels(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn requested_levels_are_clamped_and_zero_means_none() {
+        let levels = [1_000, 2_000, 3_000];
+        assert_eq!(requested_level("DELAY\u{1}2\u{2}", &levels), Some(2));
+        assert_eq!(requested_level("DELAY\u{1}9\u{2}", &levels), Some(3));
+        assert_eq!(requested_level("DELAY\u{1}0\u{2}", &levels), None);
+        assert_eq!(requested_level("TAGS\u{1}a\u{2}", &levels), None);
+    }
+}

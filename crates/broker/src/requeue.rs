@@ -1,0 +1,107 @@
+//! Messages the broker stores by itself: copies handed back by consumers (retry and dead-letter
+//! topics) and delayed messages that fell due. Helpers to edit properties, turn a message into
+//! a store record, and wait for the store from async code.
+
+use quiver_store::{AppendError, AppendOutcome, AppendRequest, Record, Store};
+use quiver_wire::message::{
+    decode_properties, encode_properties, find_property, property, tags_code, StoredMessage,
+};
+
+/// `properties` with `name` set to `value` (replacing any earlier value).
+pub fn with_property(properties: &str, name: &str, value: &str) -> String {
+    let mut out = without_property(properties, name);
+    out.push_str(name);
+    out.push('\u{1}');
+    out.push_str(value);
+    out.push('\u{2}');
+    out
+}
+
+/// `properties` without `name`; unchanged (not re-encoded) when it is absent.
+pub fn without_property(properties: &str, name: &str) -> String {
+    if find_property(properties, name).is_none() {
+        return properties.to_string();
+    }
+    let pairs = decode_properties(properties);
+    encode_properties(
+        pairs
+            .iter()
+            .filter(|(k, _)| k != name)
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+}
+
+/// The tag code RocketMQ stores in the ConsumeQueue: the hash of TAGS, or 0.
+pub fn tags_code_of(properties: &str) -> i64 {
+    find_property(properties, property::TAGS)
+        .map(tags_code)
+        .unwrap_or(0)
+}
+
+/// The index keys of a message: the words of KEYS and its UNIQ_KEY.
+pub fn index_keys(properties: &str) -> Vec<String> {
+    let mut keys: Vec<String> = find_property(properties, property::KEYS)
+        .map(|k| {
+            k.split(' ')
+                .filter(|w| !w.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(uniq) = find_property(properties, property::UNIQ_KEY) {
+        keys.push(uniq.to_string());
+    }
+    keys
+}
+
+/// A store record for `message`, indexed by its keys and filtered by its tag.
+pub fn record_of(message: &StoredMessage) -> Result<Record, String> {
+    record_with_tags_code(message, tags_code_of(&message.properties))
+}
+
+pub fn record_with_tags_code(message: &StoredMessage, tags_code: i64) -> Result<Record, String> {
+    let queue_id = u32::try_from(message.queue_id)
+        .map_err(|_| format!("queue id {} is negative", message.queue_id))?;
+    let mut bytes = Vec::with_capacity(message.encoded_len());
+    message.encode(&mut bytes).map_err(|e| e.to_string())?;
+    Ok(Record {
+        topic: message.topic.clone(),
+        queue_id,
+        tags_code,
+        keys: index_keys(&message.properties),
+        store_timestamp_ms: message.store_timestamp,
+        bytes,
+    })
+}
+
+/// Appends and waits for the store's answer without blocking a runtime worker.
+pub async fn append(store: &Store, records: Vec<Record>) -> Result<AppendOutcome, AppendError> {
+    let (done, answer) = tokio::sync::oneshot::channel();
+    store.append(
+        AppendRequest { records },
+        Box::new(move |result| {
+            let _ = done.send(result);
+        }),
+    );
+    answer.await.unwrap_or(Err(AppendError::Closed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_are_set_replaced_and_removed() {
+        let raw = "TAGS\u{1}a\u{2}DELAY\u{1}3\u{2}";
+        let set = with_property(raw, "DELAY", "4");
+        assert_eq!(find_property(&set, "DELAY"), Some("4"));
+        assert_eq!(find_property(&set, "TAGS"), Some("a"));
+        let removed = without_property(&set, "DELAY");
+        assert_eq!(removed, "TAGS\u{1}a\u{2}");
+        assert_eq!(without_property(raw, "NOPE"), raw);
+        assert_eq!(
+            index_keys("KEYS\u{1}k1 k2\u{2}UNIQ_KEY\u{1}U\u{2}"),
+            vec!["k1", "k2", "U"]
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! `quiver bench` as a user runs it: bad flags and unreachable or missing things give a clear
+//! message and exit code 2; short real runs against `quiver up` report what they did.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(common::binary())
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run quiver bench")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[track_caller]
+fn assert_fails(output: &Output, message: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(
+        stderr.contains(message),
+        "expected {message:?} in: {stderr}"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_with_the_reason() {
+    assert_fails(
+        &bench(&["produce", "-w", "0"]),
+        "invalid value '0' for '--threads",
+    );
+    assert_fails(
+        &bench(&["produce", "-s", "lots"]),
+        "invalid value 'lots' for '--size",
+    );
+    assert_fails(
+        &bench(&["produce", "--messages", "5", "--duration", "3"]),
+        "cannot be used with",
+    );
+    assert_fails(
+        &bench(&["produce", "--rate=0"]),
+        "not a positive number of messages per second",
+    );
+    assert_fails(
+        &bench(&["produce", "--report-interval", "0"]),
+        "more than zero seconds",
+    );
+    assert_fails(
+        &bench(&["produce", "--batch", "5000"]),
+        "invalid value '5000' for '--batch",
+    );
+    assert_fails(
+        &bench(&["consume", "--from", "middle"]),
+        "invalid value 'middle' for '--from",
+    );
+    assert_fails(
+        &bench(&["produce", "--nonsense"]),
+        "unexpected argument '--nonsense'",
+    );
+}
+
+#[test]
+fn an_unreachable_name_server_is_named() {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = unused.local_addr().expect("addr").to_string();
+    drop(unused);
+    let output = bench(&["produce", "-n", &addr, "--messages", "1"]);
+    assert_fails(&output, &format!("cannot reach the name server at {addr}"));
+}
+
+#[test]
+fn produce_then_consume_report_and_write_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let quiver = common::up(dir.path());
+    let namesrv = quiver.namesrv().to_string();
+
+    let missing = bench(&[
+        "consume",
+        "-n",
+        &namesrv,
+        "-t",
+        "NotThere",
+        "--messages",
+        "1",
+    ]);
+    assert_fails(&missing, "topic NotThere does not exist");
+
+    let json = dir.path().join("produce.json");
+    let produced = bench(&[
+        "produce",
+        "-n",
+        &namesrv,
+        "-t",
+        "BenchCli",
+        "-w",
+        "4",
+        "-s",
+        "100",
+        "-k",
+        "--queues",
+        "2",
+        "--messages",
+        "300",
+        "--batch",
+        "3",
+        "--report-interval",
+        "0.2",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = text(&produced.stdout);
+    assert!(
+        produced.status.success(),
+        "{stdout}\n{}",
+        text(&produced.stderr)
+    );
+    assert!(
+        stdout.contains("created topic BenchCli with 2 queues"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Send TPS: "), "{stdout}");
+    assert!(stdout.contains("| p50 "), "{stdout}");
+    assert!(stdout.contains("Summary over"), "{stdout}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid json");
+    assert_eq!(record["tool"], "quiver bench produce");
+    assert_eq!(record["summary"]["counters"]["messages"], 300);
+    assert_eq!(record["summary"]["counters"]["bytes"], 30_000);
+    assert_eq!(
+        record["summary"]["latency"]["count"], 100,
+        "one round trip per batch of 3"
+    );
+    assert_eq!(record["parameters"]["batch"], 3);
+    assert!(record["machine"]["cpu_count"].as_u64().unwrap_or(0) >= 1);
+    assert!(!record["intervals"]
+        .as_array()
+        .expect("intervals")
+        .is_empty());
+
+    let consumed = bench(&[
+        "consume",
+        "-n",
+        &namesrv,
+        "-t",
+        "BenchCli",
+        "-g",
+        "bench_cli_group",
+        "--from",
+        "first",
+        "--messages",
+        "300",
+        "--report-interval",
+        "0.2",
+    ]);
+    let stdout = text(&consumed.stdout);
+    assert!(
+        consumed.status.success(),
+        "{stdout}\n{}",
+        text(&consumed.stderr)
+    );
+    assert!(stdout.contains("Consume TPS: "), "{stdout}");
+    assert!(stdout.contains("AVG(B2C) RT(ms)"), "{stdout}");
+    assert!(stdout.contains("300 messages"), "{stdout}");
+}

@@ -1,0 +1,150 @@
+//! Zero-filling the active segment ahead of the appender.
+//!
+//! Why: an fdatasync that must also record a larger file size commits the filesystem journal
+//! (ext4: a jbd2 transaction and a second device flush). Measured on the build machine, a 12 KiB
+//! write plus fdatasync took 133 µs and ~2 context switches when it grew the file, 43 µs and one
+//! switch when it landed in space already written with zeros and fsynced. With sync flush every
+//! group pays one fdatasync, so the appender writes into zeroed space whenever it can.
+//!
+//! How: a background thread keeps `[written, written + AHEAD_BYTES)` of the active segment
+//! filled with zeros and fsynced, one `CHUNK_BYTES` at a time. The bytes at and past `end` are
+//! never data; both sides keep that true by writing past `end` only under the lock and raising
+//! `end` afterwards. The appender writes below `end` without the lock; if it outruns the
+//! filler it writes past `end` under the lock (the old, slower path) and the filler resumes
+//! from there.
+//!
+//! Recovery treats an all-zero tail of the last segment as unused space and cuts it.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::shared::Shared;
+
+/// How far past the written position the filler keeps zeros ready: at 100 MB/s of appends
+/// that is 160 ms of headroom, far more than one fill round takes.
+pub const AHEAD_BYTES: u64 = 16 * 1024 * 1024;
+/// One fill: one write of zeros and one fdatasync, so the journal commits once per MiB
+/// instead of once per group.
+pub const CHUNK_BYTES: u64 = 1024 * 1024;
+/// How often the filler looks at the written position.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+struct Zeroed {
+    base: u64,
+    file: Option<Arc<File>>,
+    /// Absolute position; the file holds zeros from here to its length and no data.
+    end: u64,
+}
+
+pub struct Preallocation {
+    state: Mutex<Zeroed>,
+    /// A copy of `state.end` for the appender's lock-free check.
+    zeroed_end: AtomicU64,
+}
+
+impl Preallocation {
+    /// Starts with the active segment as recovery left it: data up to `end`, nothing after.
+    pub fn new(base: u64, file: Option<Arc<File>>, end: u64) -> Preallocation {
+        Preallocation {
+            state: Mutex::new(Zeroed { base, file, end }),
+            zeroed_end: AtomicU64::new(end),
+        }
+    }
+
+    /// The appender's write of `bytes` at `file_offset` in the segment at `base`.
+    pub fn write(
+        &self,
+        base: u64,
+        file: &Arc<File>,
+        file_offset: u64,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        let end = base + file_offset + bytes.len() as u64;
+        // Positions are absolute, so a `zeroed_end` left from an older segment is below
+        // every position of a newer one and sends the write to the locked path.
+        if end <= self.zeroed_end.load(Ordering::Acquire) {
+            return file.write_all_at(bytes, file_offset);
+        }
+        let mut state = self.state.lock().expect("preallocation lock poisoned");
+        if state.base != base || !state.file.as_ref().is_some_and(|f| Arc::ptr_eq(f, file)) {
+            // A new segment: nothing zeroed in it yet.
+            *state = Zeroed {
+                base,
+                file: Some(Arc::clone(file)),
+                end: base + file_offset,
+            };
+        }
+        file.write_all_at(bytes, file_offset)?;
+        state.end = state.end.max(end);
+        self.zeroed_end.store(state.end, Ordering::Release);
+        Ok(())
+    }
+
+    /// Cuts the active segment at `position` (a failed group's rollback) so that the filler
+    /// cannot race with the truncation.
+    pub fn truncate(&self, base: u64, file: &Arc<File>, position: u64) -> io::Result<()> {
+        let mut state = self.state.lock().expect("preallocation lock poisoned");
+        let result = file.set_len(position - base);
+        *state = Zeroed {
+            base,
+            file: Some(Arc::clone(file)),
+            end: position,
+        };
+        self.zeroed_end.store(position, Ordering::Release);
+        result
+    }
+
+    /// Zero-fills one chunk if the appender is closer than `AHEAD_BYTES` to the zeroed end.
+    /// Returns whether it filled anything.
+    fn fill_once(&self, written: u64, segment_bytes: u64, zeros: &[u8]) -> io::Result<bool> {
+        let mut state = self.state.lock().expect("preallocation lock poisoned");
+        let Some(file) = state.file.clone() else {
+            return Ok(false);
+        };
+        let segment_end = state.base + segment_bytes;
+        if state.end >= segment_end.min(written + AHEAD_BYTES) {
+            return Ok(false);
+        }
+        let from = state.end;
+        let to = (from + CHUNK_BYTES).min(segment_end);
+        let write = file
+            .write_all_at(&zeros[..(to - from) as usize], from - state.base)
+            .and_then(|()| file.sync_data());
+        if let Err(e) = write {
+            // Give back what a partial write took (a full disk): zeros past `end` are harmless,
+            // but the space is better left to data.
+            let _ = file.set_len(from - state.base);
+            return Err(e);
+        }
+        state.end = to;
+        self.zeroed_end.store(to, Ordering::Release);
+        Ok(true)
+    }
+}
+
+/// The filler thread; ends when `stop` is dropped.
+pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
+    if std::env::var("QV_NOZERO").is_ok() { let _ = stop.recv(); return; }
+    let zeros = vec![0u8; CHUNK_BYTES as usize];
+    let segment_bytes = shared.config.segment_bytes;
+    loop {
+        let written = shared.written_position.load(Ordering::Acquire);
+        // Fill until caught up; an error (full disk) waits for the next poll.
+        let filled = shared
+            .preallocation
+            .fill_once(written, segment_bytes, &zeros)
+            .unwrap_or(false);
+        if filled {
+            continue;
+        }
+        match stop.recv_timeout(POLL_INTERVAL) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Retention: deleting the oldest CommitLog segments, and the ConsumeQueue and index files
+//! that only point into them.
+//!
+//! Only a prefix of segments goes (the segment chain must stay contiguous for `open`), and
+//! never the last one, which the appender writes. Order matters for concurrent readers: the
+//! minimum position and queue offsets move up first, so that new reads answer "offset too
+//! small" instead of finding entries whose bytes are gone; files are unlinked last (a reader
+//! already holding a handle keeps reading the unlinked file).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::UNIX_EPOCH;
+
+use crate::shared::Shared;
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    pub segments_deleted: usize,
+    pub consume_queue_files_deleted: usize,
+    pub index_files_deleted: usize,
+    /// The CommitLog's first position after the pass.
+    pub min_position: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("retention failed on {path}: {message}")]
+pub struct RetentionError {
+    pub path: String,
+    pub message: String,
+}
+
+fn retention_error(path: &Path, e: &io::Error) -> RetentionError {
+    RetentionError {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Last modification of a file in ms since the epoch.
+fn modified_ms(path: &Path) -> io::Result<i64> {
+    let modified = std::fs::metadata(path)?.modified()?;
+    Ok(modified
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64))
+}
+
+/// Deletes sealed segments last written more than `reserve_ms` before `now_ms` (all sealed
+/// segments when `at_once`), oldest first, stopping at the first one that is kept.
+pub fn delete_expired(
+    shared: &Shared,
+    now_ms: i64,
+    reserve_ms: u64,
+    at_once: bool,
+) -> Result<RetentionReport, RetentionError> {
+    let bases = shared.segments.bases();
+    let mut doomed = Vec::new();
+    // The last segment is the appender's.
+    for &base in bases.iter().take(bases.len().saturating_sub(1)) {
+        let path = shared.segments.path(base);
+        let expired = at_once
+            || modified_ms(&path)
+                .map_err(|e| retention_error(&path, &e))?
+                .saturating_add(reserve_ms.min(i64::MAX as u64) as i64)
+                <= now_ms;
+        if !expired {
+            break;
+        }
+        doomed.push(base);
+    }
+    let mut report = RetentionReport {
+        min_position: shared.min_position.load(Ordering::Acquire),
+        ..RetentionReport::default()
+    };
+    let Some(&last_doomed) = doomed.last() else {
+        return Ok(report);
+    };
+    let min_position = last_doomed + shared.config.segment_bytes;
+    shared.min_position.fetch_max(min_position, Ordering::AcqRel);
+    report.min_position = min_position;
+    for queue in shared.all_queues() {
+        report.consume_queue_files_deleted += queue
+            .drop_below(min_position)
+            .map_err(|e| retention_error(&queue.path_for(0), &e))?;
+    }
+    report.index_files_deleted = shared
+        .index
+        .delete_below(min_position)
+        .map_err(|e| retention_error(&shared.config.index_dir, &e))?;
+    for base in doomed {
+        shared
+            .segments
+            .remove(base)
+            .map_err(|e| retention_error(&shared.segments.path(base), &e))?;
+        report.segments_deleted += 1;
+    }
+    Ok(report)
+}
+
+/// Total and available bytes of the filesystem holding `path` (statvfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+}
+
+impl DiskSpace {
+    /// (total - available) / total in percent: space only root may use counts as used.
+    pub fn used_percent(&self) -> u32 {
+        if self.total_bytes == 0 {
+            return 0;
+        }
+        let used = self.total_bytes.saturating_sub(self.available_bytes);
+        (used.saturating_mul(100) / self.total_bytes) as u32
+    }
+}
+
+pub fn disk_space(path: &Path) -> io::Result<DiskSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and `stat`
+    // points to writable memory of the size statvfs(3) fills; it is read only on success.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialized the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    let fragment = stat.f_frsize as u64;
+    Ok(DiskSpace {
+        total_bytes: (stat.f_blocks as u64).saturating_mul(fragment),
+        available_bytes: (stat.f_bavail as u64).saturating_mul(fragment),
+    })
+}
