@@ -17,3 +17,6 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# Apache RocketMQ's own Java client, mqadmin and benchmark tools against `quiver up`
+# (installs Java 17 and Maven when missing; jars are cached in .cache/m2).
+./compat/run.sh

@@ -322,7 +322,9 @@ impl RunningBroker {
     /// up routes next find it. False when `timeout` passes first.
     pub async fn wait_registered(&self, timeout: Duration) -> bool {
         let mut registered = self.registered.clone();
-        tokio::time::timeout(timeout, registered.wait_for(|done| *done)).await.is_ok_and(|r| r.is_ok())
+        tokio::time::timeout(timeout, registered.wait_for(|done| *done))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Stops accepting, unregisters from the name servers, persists offsets, flushes and closes

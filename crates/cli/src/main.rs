@@ -203,7 +203,10 @@ async fn up(
     config.namesrv_addrs.insert(0, namesrv_addr.to_string());
     let running = quiver_broker::start(config).await?;
     // Ready means routable: clients look up routes right after the ready line.
-    if !running.wait_registered(std::time::Duration::from_secs(10)).await {
+    if !running
+        .wait_registered(std::time::Duration::from_secs(10))
+        .await
+    {
         tracing::warn!("the broker has not registered with the embedded name server yet");
     }
     tracing::info!(namesrv = %namesrv_addr, broker = %running.local_addr, data = %data.display(), "quiver is up");

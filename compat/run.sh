@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Runs Apache RocketMQ's own Java client (5.5.0 and 4.9.7), mqadmin and the benchmark tools
+# against a server started here, and exits non-zero if any test fails.
+#
+#   compat/run.sh               build quiver (debug), start `quiver up` on free ports, test it
+#   compat/run.sh --release     the same with a release build
+#   compat/run.sh --reference   test Apache RocketMQ 5.5.0 (name server and broker from Maven
+#                               Central) instead, inside a private network namespace (root)
+#   COMPAT_TEST=PushConsumerTest compat/run.sh   only the matching tests (Surefire's -Dtest)
+#
+# Jars come from Maven Central into .cache/m2 at the repository root (git-ignored, shared with
+# other tooling that needs the reference jars).
+set -euo pipefail
+
+COMPAT="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(dirname "$COMPAT")"
+M2="$ROOT/.cache/m2"
+TARGET="reference-or-quiver"
+PROFILE=debug
+INSIDE_NAMESPACE=false
+for arg in "$@"; do
+    case "$arg" in
+        --reference) TARGET=reference ;;
+        --release) PROFILE=release ;;
+        --inside-namespace) INSIDE_NAMESPACE=true ;;
+        *) echo "usage: $0 [--release] [--reference]" >&2; exit 2 ;;
+    esac
+done
+[ "$TARGET" = reference ] || TARGET=quiver
+
+# Test messageDelayLevel: level 2 waits 2 s (the delay test), the retry levels 3, 4, ... 1 s.
+DELAY_LEVELS="1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
+
+log() { echo "compat: $*" >&2; }
+
+ensure_tools() {
+    if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
+        return
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        log "java and mvn are needed: apt-get install -y openjdk-17-jdk-headless maven"
+        exit 1
+    fi
+    log "installing Java 17 and Maven"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven
+}
+
+MVN=(mvn -B -q "-Dmaven.repo.local=$M2")
+$INSIDE_NAMESPACE && MVN+=(-o)
+
+# Resolves every jar the run needs (online), and writes the tools' class path.
+resolve() {
+    mkdir -p "$COMPAT/target"
+    local reference_profile=()
+    [ "$TARGET" = reference ] && reference_profile=(-Preference)
+    "${MVN[@]}" -f "$COMPAT/tools/pom.xml" "${reference_profile[@]}" dependency:build-classpath \
+        "-Dmdep.outputFile=$COMPAT/target/tools.classpath" >/dev/null
+    # Running no test still resolves the test class path and Surefire's JUnit provider, so a
+    # later offline run (inside the namespace) has everything.
+    local none=(test -Dtest=NoSuchTest -Dsurefire.failIfNoSpecifiedTests=false)
+    "${MVN[@]}" -f "$COMPAT/pom.xml" "${none[@]}" >/dev/null
+    "${MVN[@]}" -f "$COMPAT/pom.xml" -P client-4 "${none[@]}" >/dev/null
+}
+
+WORK=""
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    [ -n "$WORK" ] && rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Waits up to 60 s for a line matching $2 in file $1.
+wait_for_line() {
+    local file="$1" pattern="$2" i
+    for i in $(seq 1 600); do
+        if grep -q "$pattern" "$file" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    log "no '$pattern' in $file within 60 s:"
+    tail -n 50 "$file" >&2 || true
+    return 1
+}
+
+NAMESRV=""
+start_quiver() {
+    local binary="$ROOT/target/$PROFILE/quiver"
+    printf 'messageDelayLevel=%s\n' "$DELAY_LEVELS" >"$WORK/broker.conf"
+    "$binary" up -c "$WORK/broker.conf" --data "$WORK/data" --namesrv-port 0 --broker-port 0 \
+        >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
+    PIDS+=("$!")
+    wait_for_line "$WORK/quiver.out" '^ready '
+    NAMESRV="$(sed -n 's/^ready namesrv=\([^ ]*\).*/\1/p' "$WORK/quiver.out")"
+    log "quiver up: $(cat "$WORK/quiver.out")"
+}
+
+start_reference() {
+    local classpath
+    classpath="$(cat "$COMPAT/target/tools.classpath")"
+    mkdir -p "$WORK/home" "$WORK/store"
+    cat >"$WORK/logback.xml" <<'EOF'
+<configuration>
+  <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d %-5level %logger{20} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="OUT"/></root>
+</configuration>
+EOF
+    printf 'listenPort=9876\nbindAddress=127.0.0.1\n' >"$WORK/namesrv.conf"
+    cat >"$WORK/broker.conf" <<EOF
+brokerClusterName=DefaultCluster
+brokerName=broker-a
+brokerId=0
+brokerIP1=127.0.0.1
+bindAddress=127.0.0.1
+listenPort=10911
+namesrvAddr=127.0.0.1:9876
+autoCreateTopicEnable=true
+flushDiskType=ASYNC_FLUSH
+storePathRootDir=$WORK/store
+messageDelayLevel=$DELAY_LEVELS
+EOF
+    local jvm=(java -Duser.home="$WORK/home" -Drocketmq.home.dir="$WORK/home"
+        -Dlogback.configurationFile="$WORK/logback.xml" -Drmq.logback.configurationFile="$WORK/logback.xml"
+        -XX:+UseG1GC -cp "$classpath")
+    "${jvm[@]}" -Xms256m -Xmx256m org.apache.rocketmq.namesrv.NamesrvStartup -c "$WORK/namesrv.conf" \
+        >"$WORK/namesrv.log" 2>&1 &
+    PIDS+=("$!")
+    wait_for_line "$WORK/namesrv.log" 'boot success'
+    "${jvm[@]}" -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g org.apache.rocketmq.broker.BrokerStartup \
+        -c "$WORK/broker.conf" >"$WORK/broker.log" 2>&1 &
+    PIDS+=("$!")
+    wait_for_line "$WORK/broker.log" 'boot success'
+    NAMESRV=127.0.0.1:9876
+    log "Apache RocketMQ 5.5.0 up: name server $NAMESRV, broker 127.0.0.1:10911"
+}
+
+run_tests() {
+    local failed=0 common=("-Dcompat.namesrv=$NAMESRV" "-Dcompat.toolsClasspath=$COMPAT/target/tools.classpath")
+    # COMPAT_TEST=Class[#method] runs only the matching tests (Surefire's -Dtest).
+    if [ -n "${COMPAT_TEST:-}" ]; then
+        common+=("-Dtest=$COMPAT_TEST" -Dsurefire.failIfNoSpecifiedTests=false)
+    fi
+    log "rocketmq-client 5.5.0, mqadmin and benchmark tools"
+    "${MVN[@]}" -f "$COMPAT/pom.xml" test "${common[@]}" || failed=1
+    log "rocketmq-client 4.9.7"
+    "${MVN[@]}" -f "$COMPAT/pom.xml" -P client-4 test "${common[@]}" || failed=1
+    local report
+    for report in "$COMPAT"/target/surefire-reports-*/*.txt; do
+        grep -h "Tests run" "$report" | sed "s|^|$(basename "$(dirname "$report")" | sed 's/surefire-reports-//'): |" >&2
+    done
+    if [ "$failed" != 0 ]; then
+        log "FAILED (server log: see above)"
+        [ -f "$WORK/quiver.log" ] && tail -n 40 "$WORK/quiver.log" >&2
+        return 1
+    fi
+    log "all compatibility tests passed against $TARGET"
+}
+
+main() {
+    ensure_tools
+    if [ "$TARGET" = reference ] && ! $INSIDE_NAMESPACE; then
+        resolve
+        if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; then
+            # The reference broker binds its HA port on every interface; a namespace with only
+            # `lo` keeps it (and everything else) on loopback and off the fixed ports outside.
+            exec unshare -n -- bash -c 'ip link set lo up && exec "$0" --reference --inside-namespace' "$0"
+        fi
+        log "not root or no unshare/ip: running the reference on 127.0.0.1:9876/10911 in this namespace"
+    fi
+    if [ "$TARGET" = quiver ]; then
+        local cargo_args=(build -p quiver --locked)
+        [ "$PROFILE" = release ] && cargo_args+=(--release)
+        (cd "$ROOT" && cargo "${cargo_args[@]}")
+        resolve
+    fi
+    rm -rf "$COMPAT"/target/surefire-reports-*
+    WORK="$(mktemp -d -t quiver-compat.XXXXXX)"
+    if [ "$TARGET" = reference ]; then
+        start_reference
+    else
+        start_quiver
+    fi
+    run_tests
+}
+
+main

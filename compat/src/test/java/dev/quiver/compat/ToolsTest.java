@@ -1,0 +1,167 @@
+package dev.quiver.compat;
+
+import static java.nio.charset.StandardCharsets.UTF_8;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/** mqadmin (rocketmq-tools 5.5.0): what it prints matches what the test sent. */
+@Tag("tools")
+@Timeout(300)
+class ToolsTest {
+    private static final Pattern ADDRESS = Pattern.compile("\\d+\\.\\d+\\.\\d+\\.\\d+:\\d+");
+    private DefaultMQProducer producer;
+
+    @BeforeEach
+    void start() throws Exception {
+        producer = Compat.producer();
+    }
+
+    @AfterEach
+    void stop() {
+        producer.shutdown();
+    }
+
+    /** The value of `key : value` lines as brokerStatus prints them. */
+    private static long brokerFigure(String output, String key) {
+        Matcher matcher = Pattern.compile("(?m)^" + key + "\\s*:\\s*(\\d+)").matcher(output);
+        assertTrue(matcher.find(), key + " missing in:\n" + output);
+        return Long.parseLong(matcher.group(1));
+    }
+
+    /** Reruns an mqadmin command until its output satisfies `ready` (routes register asynchronously). */
+    private static String mqadminUntil(String what, java.util.function.Predicate<String> ready, String... args) {
+        return Compat.waitFor(what, Duration.ofSeconds(60), () -> {
+            try {
+                String output = Tools.mqadmin(args);
+                return ready.test(output) ? Optional.of(output) : Optional.empty();
+            } catch (Exception e) {
+                throw new AssertionError(e);
+            }
+        });
+    }
+
+    @Test
+    void clusterListAndBrokerStatusCountWhatWasSent() throws Exception {
+        String clusters = Tools.mqadmin("clusterList");
+        String line = clusters.lines().filter(l -> l.startsWith("DefaultCluster") && l.contains("broker-a"))
+            .findFirst().orElseThrow(() -> new AssertionError("no broker-a line in:\n" + clusters));
+        Matcher address = ADDRESS.matcher(line);
+        assertTrue(address.find(), line);
+        String broker = address.group();
+        assertTrue(line.trim().endsWith("true"), "broker is active: " + line);
+
+        String topic = Compat.createTopic(producer, "status", 2);
+        long before = brokerFigure(Tools.mqadmin("brokerStatus", "-b", broker), "msgPutTotalTodayNow");
+        for (int i = 0; i < 7; i++) {
+            producer.send(new Message(topic, ("s" + i).getBytes(UTF_8)));
+        }
+        String status = Tools.mqadmin("brokerStatus", "-b", broker);
+        assertEquals(before + 7, brokerFigure(status, "msgPutTotalTodayNow"), status);
+        assertTrue(status.contains("brokerActive") && status.matches("(?s).*brokerActive\\s*:\\s*true.*"), status);
+    }
+
+    private static Map<Integer, long[]> topicStatusRows(String output) {
+        Map<Integer, long[]> rows = new HashMap<>();
+        Matcher row = Pattern.compile("(?m)^broker-a\\s+(\\d+)\\s+(\\d+)\\s+(\\d+)\\s").matcher(output);
+        while (row.find()) {
+            rows.put(Integer.parseInt(row.group(1)),
+                new long[] {Long.parseLong(row.group(2)), Long.parseLong(row.group(3))});
+        }
+        return rows;
+    }
+
+    @Test
+    void topicCommandsShowTheTopicItsQueuesAndItsMessages() throws Exception {
+        String topic = Compat.unique("admin");
+        String created = Tools.mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "3", "-w", "3");
+        assertTrue(created.contains("success"), created);
+        mqadminUntil("topicList with " + topic, out -> out.lines().anyMatch(topic::equals), "topicList");
+        String route = mqadminUntil("route of " + topic, out -> out.contains("\"readQueueNums\":3"), "topicRoute", "-t", topic);
+        assertTrue(route.contains("\"writeQueueNums\":3"), route);
+        assertTrue(route.contains("\"perm\":6"), route);
+        Compat.waitUntil("producer sees 3 queues", Compat.WAIT, () -> {
+            try {
+                return producer.fetchPublishMessageQueues(topic).size() == 3;
+            } catch (Exception e) {
+                return false;
+            }
+        });
+
+        int[] perQueue = {2, 3, 5};
+        Map<String, SendResult> sent = new HashMap<>();
+        for (int queue = 0; queue < 3; queue++) {
+            for (int i = 0; i < perQueue[queue]; i++) {
+                String key = "tk-" + queue + "-" + i;
+                Message message = new Message(topic, "TagT", key, ("admin " + key).getBytes(UTF_8));
+                sent.put(key, producer.send(message, (queues, msg, arg) -> queues.get((Integer) arg), queue));
+            }
+        }
+
+        Map<Integer, long[]> rows = topicStatusRows(Tools.mqadmin("topicStatus", "-t", topic));
+        assertEquals(3, rows.size(), rows.toString());
+        for (int queue = 0; queue < 3; queue++) {
+            assertEquals(0, rows.get(queue)[0], "min offset of queue " + queue);
+            assertEquals(perQueue[queue], rows.get(queue)[1], "max offset of queue " + queue);
+        }
+
+        SendResult target = sent.get("tk-1-2");
+        String byKey = Tools.mqadmin("queryMsgByKey", "-t", topic, "-k", "tk-1-2");
+        Matcher keyRow = Pattern.compile("(?m)^([0-9A-F]+)\\s+(\\d+)\\s+(\\d+)(\\s|$)").matcher(byKey);
+        assertTrue(keyRow.find(), byKey);
+        assertEquals(target.getMsgId(), keyRow.group(1), byKey);
+        assertEquals("1", keyRow.group(2));
+        assertEquals("2", keyRow.group(3));
+        assertTrue(!keyRow.find(), "one message has key tk-1-2:\n" + byKey);
+
+        String byId = Tools.mqadmin("queryMsgById", "-t", topic, "-i", target.getOffsetMsgId());
+        assertTrue(byId.matches("(?s).*Topic:\\s+" + topic + "\\s.*"), byId);
+        assertTrue(byId.matches("(?s).*Tags:\\s+\\[TagT\\].*"), byId);
+        assertTrue(byId.matches("(?s).*Keys:\\s+\\[tk-1-2\\].*"), byId);
+        assertTrue(byId.matches("(?s).*Queue ID:\\s+1\\s.*"), byId);
+        assertTrue(byId.matches("(?s).*Queue Offset:\\s+2\\s.*"), byId);
+
+        String group = Compat.unique("progress");
+        Map<String, MessageExt> consumed = new ConcurrentHashMap<>();
+        DefaultMQPushConsumer consumer = Compat.pushConsumer(group);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            messages.forEach(m -> consumed.put(Compat.body(m), m));
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        Compat.waitUntil("all 10 consumed", Compat.WAIT, () -> consumed.size() == 10);
+        consumer.shutdown();
+        String progress = mqadminUntil("consumer offsets at the end", out -> out.contains("Diff Total: 0"),
+            "consumerProgress", "-g", group);
+        Matcher progressRow = Pattern.compile("(?m)^" + topic + "\\s+broker-a\\s+(\\d+)\\s+(\\d+)\\s+(\\d+)\\s").matcher(progress);
+        int seen = 0;
+        while (progressRow.find()) {
+            int queue = Integer.parseInt(progressRow.group(1));
+            assertEquals(perQueue[queue], Long.parseLong(progressRow.group(2)), "broker offset of " + queue);
+            assertEquals(perQueue[queue], Long.parseLong(progressRow.group(3)), "consumer offset of " + queue);
+            seen++;
+        }
+        assertEquals(3, seen, progress);
+    }
+}
