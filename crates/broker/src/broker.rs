@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quiver_store::{OpenError, RecoveryReport, Store};
+use quiver_store::{OpenError, RecoveryReport, RetentionReport, Store};
 use quiver_wire::body::{self, RegisterBrokerBody};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader};
@@ -17,7 +17,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::clients::ClientTable;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, RetentionRound};
 use crate::connection::Connection;
 use crate::delay::DelayOffsets;
 use crate::locks::QueueLocks;
@@ -30,6 +30,8 @@ use crate::topic::{TopicError, TopicTable};
 const PARKED_PULLS_MAX: usize = 100_000;
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
 const CLIENT_SCAN_INTERVAL_MS: u64 = 10_000;
+/// RocketMQ's cleanResourceInterval.
+const RETENTION_INTERVAL_MS: u64 = 10_000;
 const NAMESRV_CALL_TIMEOUT_MS: u64 = 3_000;
 
 pub fn now_ms() -> i64 {
@@ -364,9 +366,15 @@ impl RunningBroker {
 async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let mut persist = tokio::time::interval(Duration::from_millis(OFFSET_PERSIST_INTERVAL_MS));
     let mut scan = tokio::time::interval(Duration::from_millis(CLIENT_SCAN_INTERVAL_MS));
+    let mut retention = tokio::time::interval(Duration::from_millis(RETENTION_INTERVAL_MS));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
+            _ = retention.tick() => {
+                let broker = broker.clone();
+                // File deletion and statvfs block: keep them off the runtime's workers.
+                let _ = tokio::task::spawn_blocking(move || retention_round(&broker, now_ms())).await;
+            }
             _ = persist.tick() => {
                 let offsets = broker.clone();
                 let result = tokio::task::spawn_blocking(move || offsets.offsets.persist_if_dirty()).await;
@@ -382,6 +390,56 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// One retention round at `now_ms`: whether it runs depends on the local hour and the disk.
+pub fn retention_round(broker: &Broker, now_ms: i64) -> Option<RetentionReport> {
+    let used_percent = match broker.store.disk_space() {
+        Ok(space) => space.used_percent(),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read disk space; retention runs by the clock only");
+            0
+        }
+    };
+    let round = broker
+        .config
+        .retention_round(local_hour(now_ms), used_percent)?;
+    let at_once = round == RetentionRound::AtOnce;
+    let reserve_ms = broker.config.file_reserved_ms();
+    match broker.store.delete_expired(now_ms, reserve_ms, at_once) {
+        Ok(report) => {
+            if report.segments_deleted > 0 {
+                tracing::info!(
+                    segments = report.segments_deleted,
+                    consume_queue_files = report.consume_queue_files_deleted,
+                    index_files = report.index_files_deleted,
+                    min_position = report.min_position,
+                    disk_used_percent = used_percent,
+                    at_once,
+                    "retention deleted old files"
+                );
+            }
+            Some(report)
+        }
+        Err(error) => {
+            tracing::error!(%error, "retention failed");
+            None
+        }
+    }
+}
+
+/// The hour of the local day, as RocketMQ reads `deleteWhen`.
+fn local_hour(now_ms: i64) -> u32 {
+    let seconds = (now_ms / 1000) as libc::time_t;
+    let mut tm = std::mem::MaybeUninit::<libc::tm>::zeroed();
+    // SAFETY: both pointers are valid for the call; localtime_r is the thread-safe variant and
+    // writes only into `tm`, which is read only when it reports success.
+    let result = unsafe { libc::localtime_r(&seconds, tm.as_mut_ptr()) };
+    if result.is_null() {
+        return ((now_ms / 3_600_000) % 24) as u32;
+    }
+    // SAFETY: localtime_r succeeded, so it filled `tm`.
+    unsafe { tm.assume_init() }.tm_hour.clamp(0, 23) as u32
 }
 
 async fn registration(

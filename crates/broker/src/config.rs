@@ -43,7 +43,7 @@ pub struct BrokerConfig {
     pub index_slots: u32,
     pub index_entries_max: u32,
     pub register_period_ms: u64,
-    /// Read and kept for the retention work: when old segments may be deleted.
+    /// Hours of the local day (`04;16`) at which expired segments are deleted.
     pub delete_when: String,
     pub file_reserved_hours: u64,
     pub disk_max_used_ratio_percent: u32,
@@ -110,7 +110,45 @@ pub struct UnknownKey {
     pub key: String,
 }
 
+/// Disk use past which retention deletes sealed segments whether expired or not
+/// (RocketMQ's diskSpaceCleanForciblyRatio, 0.85).
+pub const DISK_CLEAN_FORCIBLY_PERCENT: u32 = 85;
+const HOUR_MS: u64 = 3_600_000;
+
+/// What a retention round may delete now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionRound {
+    /// Segments older than fileReservedTime.
+    Expired,
+    /// Every sealed segment, oldest first: the disk is nearly full.
+    AtOnce,
+}
+
 impl BrokerConfig {
+    /// RocketMQ's rule: expired segments go at a `deleteWhen` hour, or at any hour once the
+    /// disk is fuller than `diskMaxUsedSpaceRatio`; past `DISK_CLEAN_FORCIBLY_PERCENT` even
+    /// unexpired ones go.
+    pub fn retention_round(
+        &self,
+        local_hour: u32,
+        disk_used_percent: u32,
+    ) -> Option<RetentionRound> {
+        if disk_used_percent > DISK_CLEAN_FORCIBLY_PERCENT {
+            return Some(RetentionRound::AtOnce);
+        }
+        let delete_hour = self
+            .delete_when
+            .split(';')
+            .filter_map(|h| h.trim().parse::<u32>().ok())
+            .any(|h| h == local_hour);
+        (delete_hour || disk_used_percent > self.disk_max_used_ratio_percent)
+            .then_some(RetentionRound::Expired)
+    }
+
+    pub fn file_reserved_ms(&self) -> u64 {
+        self.file_reserved_hours.saturating_mul(HOUR_MS)
+    }
+
     pub fn bind_addr(&self) -> SocketAddr {
         SocketAddr::new(self.bind_ip.unwrap_or(self.broker_ip), self.listen_port)
     }
@@ -355,6 +393,24 @@ mod tests {
                 key: "sendMessageThreadPoolNums".into()
             }]
         );
+    }
+
+    #[test]
+    fn retention_runs_at_delete_hours_or_when_the_disk_fills() {
+        let mut config = BrokerConfig::default();
+        config
+            .apply_properties("deleteWhen=04;16\nfileReservedTime=48\ndiskMaxUsedSpaceRatio=70\n")
+            .expect("valid");
+        assert_eq!(config.file_reserved_ms(), 48 * 3_600_000);
+        assert_eq!(config.retention_round(3, 10), None);
+        assert_eq!(config.retention_round(4, 10), Some(RetentionRound::Expired));
+        assert_eq!(
+            config.retention_round(16, 10),
+            Some(RetentionRound::Expired)
+        );
+        assert_eq!(config.retention_round(5, 71), Some(RetentionRound::Expired));
+        assert_eq!(config.retention_round(5, 86), Some(RetentionRound::AtOnce));
+        assert!(config.apply_properties("deleteWhen=24").is_err());
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub struct TopicShape {
 pub enum TopicError {
     #[error("topic name {name:?} is invalid: {reason}")]
     InvalidName { name: String, reason: &'static str },
+    #[error("the specified group[{name}] is invalid: {reason}")]
+    InvalidGroupName { name: String, reason: &'static str },
     #[error("could not persist topics to {path}: {message}")]
     Persist { path: String, message: String },
 }
@@ -66,6 +68,33 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
         .all(|b| b.is_ascii_alphanumeric() || b == b'%' || b == b'|' || b == b'_' || b == b'-')
     {
         return invalid("only letters, digits and %|_- are allowed");
+    }
+    Ok(())
+}
+
+/// RocketMQ's limit on group names (Validators.CHARACTER_MAX_LENGTH).
+const GROUP_BYTES_MAX: usize = 255;
+
+/// Checks a consumer group name as RocketMQ does: the topic character set `[%|a-zA-Z0-9_-]`
+/// (a group also names its `%RETRY%` and `%DLQ%` topics), at most 255 bytes.
+pub fn validate_group_name(name: &str) -> Result<(), TopicError> {
+    let invalid = |reason| {
+        Err(TopicError::InvalidGroupName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return invalid("it is blank");
+    }
+    if name.len() > GROUP_BYTES_MAX {
+        return invalid("it is longer than 255 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'%' || b == b'|' || b == b'_' || b == b'-')
+    {
+        return invalid("it contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$");
     }
     Ok(())
 }
@@ -217,6 +246,21 @@ impl TopicTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_names_follow_rocketmq_rules() {
+        assert!(validate_group_name("please_rename_unique_group_name_4").is_ok());
+        assert!(validate_group_name("CID|a%b-c").is_ok());
+        assert!(validate_group_name(&"g".repeat(255)).is_ok());
+        for bad in ["", "has space", "dots.not.allowed", "slash/group", "ü"] {
+            let error = validate_group_name(bad).expect_err(bad).to_string();
+            assert!(error.contains("the specified group["), "{error}");
+        }
+        let error = validate_group_name(&"g".repeat(256))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("longer than 255"), "{error}");
+    }
 
     #[test]
     fn topic_names_follow_rocketmq_rules() {

@@ -168,3 +168,142 @@ fn async_flush_keeps_what_the_checkpoint_covers_with_no_holes() {
         ack.position < flushed
     });
 }
+
+/// A tmpfs of a few MiB mounted for one test; unmounted (lazily) when dropped.
+struct SmallDisk {
+    path: PathBuf,
+}
+
+impl SmallDisk {
+    /// None when this process may not mount (not root, or no tmpfs): the test then skips.
+    fn mount(path: &Path, size_mib: u32) -> Option<SmallDisk> {
+        std::fs::create_dir_all(path).ok()?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then(|| SmallDisk {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_sends_keeps_pulls_and_recovers_when_space_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(disk) = SmallDisk::mount(&dir.path().join("disk"), 8) else {
+        println!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let conf = dir.path().join("broker.conf");
+    // Small files so that the 8 MiB hold several segments, queues and an index.
+    let text = "flushDiskType=SYNC_FLUSH\nmapedFileSizeCommitLog=1048576\n\
+                mapedFileSizeConsumeQueue=6000\nmaxHashSlotNum=1000\nmaxIndexNum=4000\n";
+    std::fs::write(&conf, text).expect("write conf");
+    // Space the test gives back later.
+    let ballast = disk.path.join("ballast");
+    std::fs::write(&ballast, vec![1u8; 3 << 20]).expect("ballast");
+    let data = disk.path.join("data");
+    let args = |data: &Path| {
+        vec![
+            "up".to_string(),
+            "-c".to_string(),
+            conf.display().to_string(),
+            "--data".to_string(),
+            data.display().to_string(),
+            "--namesrv-port".to_string(),
+            "0".to_string(),
+            "--broker-port".to_string(),
+            "0".to_string(),
+        ]
+    };
+    let start = || {
+        let args = args(&data);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        QuiverProcess::start(&binary(), &args, dir.path()).expect("quiver up starts")
+    };
+    let quiver = start();
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).expect("connect");
+    let options = quiver_testkit::SendOptions {
+        queue_id: Some(0),
+        ..Default::default()
+    };
+    let mut acked = Vec::new();
+    let refusal = loop {
+        let body = format!("{:06}-{}", acked.len(), "d".repeat(4000)).into_bytes();
+        let response = client.send(TOPIC, &body, &options).expect("send");
+        if response.code != response_code::SUCCESS {
+            break response;
+        }
+        acked.push(body);
+        assert!(acked.len() < 10_000, "the disk never filled");
+    };
+    assert_eq!(refusal.code, response_code::SERVICE_NOT_AVAILABLE);
+    let remark = refusal.remark.clone().unwrap_or_default();
+    assert!(remark.contains("disk is full"), "{remark}");
+    assert!(acked.len() > 100, "only {} sends fit", acked.len());
+    println!("{} sends fit before: {remark}", acked.len());
+
+    // Pulls keep working and see every acknowledged message, intact.
+    let mut reader = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
+    let check = |reader: &mut WireClient, acked: &[Vec<u8>]| {
+        let stored = quiver_testkit::crash::read_queue(reader, TOPIC, 0).expect("pull");
+        assert_eq!(stored.len(), acked.len());
+        for (message, body) in stored.iter().zip(acked) {
+            assert_eq!(message.body.as_ref(), body.as_slice());
+        }
+    };
+    check(&mut reader, &acked);
+
+    // Space returns: sends succeed again.
+    std::fs::remove_file(&ballast).expect("free space");
+    let body = b"after the disk was freed".to_vec();
+    let response = client.send(TOPIC, &body, &options).expect("send");
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
+    acked.push(body);
+    check(&mut reader, &acked);
+
+    // And what was stored survives a crash.
+    drop(quiver);
+    let quiver = start();
+    let mut reader = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
+    check(&mut reader, &acked);
+}
+
+#[test]
+fn consumer_group_names_are_checked_as_rocketmq_checks_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quiver = common::up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
+    client.create_topic(TOPIC, 1).expect("create");
+    let pull = client
+        .pull(TOPIC, "bad group!", 0, 0, 1, 0)
+        .expect("pull answered");
+    assert_eq!(pull.code, response_code::SYSTEM_ERROR);
+    let remark = pull.remark.unwrap_or_default();
+    assert!(
+        remark.contains("the specified group[bad group!]"),
+        "{remark}"
+    );
+    let mut offsets = BTreeMap::new();
+    offsets.insert(0, 1);
+    let error = commit_offsets(&mut client, "bad/group", TOPIC, &offsets).unwrap_err();
+    assert!(error.to_string().contains("illegal characters"), "{error}");
+    commit_offsets(&mut client, "good_group-1", TOPIC, &offsets).expect("a valid group");
+}

@@ -225,8 +225,7 @@ impl Appender {
         let min_position = self.shared.min_position.load(Ordering::Acquire);
         let live_bytes = self.position.saturating_sub(min_position);
         // A roll pads the rest of the current segment with its end marker.
-        let segment_end = self.segment_base
-            + self.shared.config.segment_bytes;
+        let segment_end = self.segment_base + self.shared.config.segment_bytes;
         let padding_bytes = if self.position + group_bytes + BLANK_BYTES > segment_end {
             segment_end.saturating_sub(self.position)
         } else {

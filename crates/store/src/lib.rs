@@ -131,7 +131,9 @@ impl Store {
         let (stop, stopped) = mpsc::channel();
         stops.push(stop);
         let s = Arc::clone(&shared);
-        threads.push(spawn("quiver-store-zeroer", move || prealloc::run(s, stopped))?);
+        threads.push(spawn("quiver-store-zeroer", move || {
+            prealloc::run(s, stopped)
+        })?);
         let appender = Appender::new(
             Arc::clone(&shared),
             receiver,

@@ -129,7 +129,6 @@ impl Preallocation {
 
 /// The filler thread; ends when `stop` is dropped.
 pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
-    if std::env::var("QV_NOZERO").is_ok() { let _ = stop.recv(); return; }
     let zeros = vec![0u8; CHUNK_BYTES as usize];
     let segment_bytes = shared.config.segment_bytes;
     loop {

@@ -333,9 +333,7 @@ impl Scan<'_> {
                     }
                     Step::Zeros if is_last => {
                         // Unused preallocated space is not a torn tail; anything else is.
-                        if !all_zero(&mut reader, at)
-                            .map_err(|e| OpenError::io(&path, &e))?
-                        {
+                        if !all_zero(&mut reader, at).map_err(|e| OpenError::io(&path, &e))? {
                             self.report.truncated_bytes += length - at;
                         }
                         file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;

@@ -77,7 +77,9 @@ pub fn delete_expired(
         return Ok(report);
     };
     let min_position = last_doomed + shared.config.segment_bytes;
-    shared.min_position.fetch_max(min_position, Ordering::AcqRel);
+    shared
+        .min_position
+        .fetch_max(min_position, Ordering::AcqRel);
     report.min_position = min_position;
     for queue in shared.all_queues() {
         report.consume_queue_files_deleted += queue
@@ -129,9 +131,15 @@ pub fn disk_space(path: &Path) -> io::Result<DiskSpace> {
     }
     // SAFETY: statvfs returned 0, so it initialized the whole struct.
     let stat = unsafe { stat.assume_init() };
-    let fragment = stat.f_frsize as u64;
+    // The field types differ between targets (u32 or u64); widening is what matters.
+    #[allow(clippy::useless_conversion)]
+    let (fragment, blocks, available) = (
+        u64::from(stat.f_frsize),
+        u64::from(stat.f_blocks),
+        u64::from(stat.f_bavail),
+    );
     Ok(DiskSpace {
-        total_bytes: (stat.f_blocks as u64).saturating_mul(fragment),
-        available_bytes: (stat.f_bavail as u64).saturating_mul(fragment),
+        total_bytes: blocks.saturating_mul(fragment),
+        available_bytes: available.saturating_mul(fragment),
     })
 }

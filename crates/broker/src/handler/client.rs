@@ -10,7 +10,7 @@ use quiver_wire::{Command, ExtFields};
 use super::{Handled, Refusal};
 use crate::broker::{now_ms, Broker};
 use crate::connection::Connection;
-use crate::topic::{topic_config, RETRY_PREFIX};
+use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 
 /// Registers the client's groups and subscriptions, creates each clustering consumer group's
 /// retry topic (the consumer looks up its route next), and tells a group's members when its
@@ -24,6 +24,8 @@ pub fn heartbeat(broker: &Broker, request: &Command, connection: &Connection) ->
     })?;
     let mut topics_created = false;
     for consumer in &data.consumer_data_set {
+        validate_group_name(&consumer.group_name)
+            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
         if consumer.message_model == "BROADCASTING" {
             continue;
         }

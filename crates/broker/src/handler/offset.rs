@@ -12,6 +12,7 @@ use quiver_wire::{Command, ExtFields};
 use super::{Handled, Refusal};
 use crate::broker::Broker;
 use crate::connection::Connection;
+use crate::topic::validate_group_name;
 
 fn queue_id(id: i32) -> Result<u32, Refusal> {
     u32::try_from(id).map_err(|_| {
@@ -49,6 +50,8 @@ pub fn query_consumer_offset(broker: &Broker, request: &Command, _: &Connection)
 
 pub fn update_consumer_offset(broker: &Broker, request: &Command, _: &Connection) -> Handled {
     let header = UpdateConsumerOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
+    validate_group_name(&header.consumer_group)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     if header.commit_offset < 0 {
         return Err(Refusal::new(
             response_code::INVALID_PARAMETER,

@@ -16,7 +16,7 @@ use super::Refusal;
 use crate::broker::Broker;
 use crate::clients::TagFilter;
 use crate::connection::Responder;
-use crate::topic::PERM_READ;
+use crate::topic::{validate_group_name, PERM_READ};
 
 /// Messages per pull at most, whatever the client asks: Java's own cap for reads from memory.
 const PULL_MESSAGES_MAX: i32 = 256;
@@ -35,6 +35,10 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
         Ok(header) => header,
         Err(error) => return responder.reply(Refusal::from(error).into_response(&request)),
     };
+    if let Err(error) = validate_group_name(&header.consumer_group) {
+        let refusal = Refusal::new(response_code::SYSTEM_ERROR, error.to_string());
+        return responder.reply(refusal.into_response(&request));
+    }
     if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
         broker.offsets.commit(
             &header.topic,

@@ -333,7 +333,15 @@ fn respond(
                 }
                 AppendError::Malformed(_) | AppendError::Io(_) => response_code::SYSTEM_ERROR,
             };
-            return request.response_to(code).with_remark(error.to_string());
+            let remark = match error {
+                // Java's wording first, so operators' alerts on it keep working.
+                AppendError::DiskFull(_) => format!(
+                    "service not available now: the broker's disk is full, sends are refused \
+                     until space is freed ({error})"
+                ),
+                _ => error.to_string(),
+            };
+            return request.response_to(code).with_remark(remark);
         }
     };
     broker.counters.messages_put.fetch_add(
