@@ -128,12 +128,16 @@ impl Store {
                 Some((batch_sender, Duration::from_millis(timeout_ms)))
             }
         };
-        let (stop, stopped) = mpsc::channel();
-        stops.push(stop);
-        let s = Arc::clone(&shared);
-        threads.push(spawn("quiver-store-zeroer", move || {
-            prealloc::run(s, stopped)
-        })?);
+        // Zeroed space only pays off when every group waits for an fdatasync; with async flush
+        // it would double the bytes written for a flush that nobody waits on.
+        if matches!(flush, FlushMode::Sync { .. }) {
+            let (stop, stopped) = mpsc::channel();
+            stops.push(stop);
+            let s = Arc::clone(&shared);
+            threads.push(spawn("quiver-store-zeroer", move || {
+                prealloc::run(s, stopped)
+            })?);
+        }
         let appender = Appender::new(
             Arc::clone(&shared),
             receiver,

@@ -69,8 +69,9 @@ pub struct Producers {
 
 impl Producers {
     /// Starts `count` producers, each on its own connection with binary headers, each
-    /// sending bodies of 1 to `body_bytes_max` bytes that name the producer and a sequence
-    /// number (so every body is unique), to queues chosen by the seed.
+    /// sending bodies of 1 to `body_bytes_max` bytes that name the seed, the producer and a
+    /// sequence number (so every body is unique, across rounds on one topic too), to queues
+    /// chosen by the seed.
     pub fn start(
         broker: SocketAddr,
         topic: &str,
@@ -92,7 +93,7 @@ impl Producers {
                     &mut client,
                     &topic,
                     queues,
-                    producer,
+                    (seed, producer),
                     body_bytes_max,
                     &mut rng,
                     &stop,
@@ -130,7 +131,7 @@ fn produce(
     client: &mut WireClient,
     topic: &str,
     queues: i32,
-    producer: usize,
+    (seed, producer): (u64, usize),
     body_bytes_max: usize,
     rng: &mut Rng,
     stop: &AtomicBool,
@@ -139,7 +140,7 @@ fn produce(
     let mut sequence = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let queue_id = rng.range(0, queues as u64) as i32;
-        let header = format!("p{producer}-m{sequence}-");
+        let header = format!("s{seed:x}-p{producer}-m{sequence}-");
         let size = (rng.range(1, body_bytes_max as u64 + 1) as usize).max(header.len());
         let mut body = header.into_bytes();
         body.resize(size, b'a' + (sequence % 26) as u8);
