@@ -1,6 +1,5 @@
 //! Message ids and the Java string hash used for tag codes.
 
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::{put_host, MessageError};
@@ -33,10 +32,14 @@ pub fn decode_offset_msg_id(id: &str) -> Result<(SocketAddr, i64), MessageError>
     Ok((SocketAddr::new(ip, port), i64::from_be_bytes(offset_raw)))
 }
 
+/// Every send answer carries an id, so this avoids the formatting machinery: a table lookup
+/// per nibble.
 fn upper_hex(raw: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(raw.len() * 2);
     for byte in raw {
-        let _ = write!(out, "{byte:02X}");
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
     out
 }
