@@ -63,13 +63,15 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     if name.len() > limit {
         return invalid("it is longer than 127 characters");
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'%' || b == b'|' || b == b'_' || b == b'-')
-    {
+    if !name.bytes().all(is_name_byte) {
         return invalid("only letters, digits and %|_- are allowed");
     }
     Ok(())
+}
+
+/// RocketMQ's character set for topic and group names, `[%|a-zA-Z0-9_-]`.
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-')
 }
 
 /// RocketMQ's limit on group names (Validators.CHARACTER_MAX_LENGTH).
@@ -90,10 +92,7 @@ pub fn validate_group_name(name: &str) -> Result<(), TopicError> {
     if name.len() > GROUP_BYTES_MAX {
         return invalid("it is longer than 255 characters");
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'%' || b == b'|' || b == b'_' || b == b'-')
-    {
+    if !name.bytes().all(is_name_byte) {
         return invalid("it contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$");
     }
     Ok(())
@@ -184,27 +183,24 @@ impl TopicTable {
 
     /// Creates the topic unless it exists. Returns true when it was created.
     pub fn create_if_absent(&self, config: TopicConfig) -> Result<bool, TopicError> {
-        validate_topic_name(&config.topic_name)?;
-        {
-            let mut inner = self.inner.write().expect("topic table lock poisoned");
-            if inner.topic_config_table.contains_key(&config.topic_name) {
-                return Ok(false);
-            }
-            inner
-                .topic_config_table
-                .insert(config.topic_name.clone(), config);
-            inner.data_version.counter += 1;
-        }
-        self.persist()?;
-        Ok(true)
+        self.store(config, |existing, _| existing.is_none())
     }
 
     /// Creates or replaces a topic. Returns true when anything changed.
     pub fn upsert(&self, config: TopicConfig) -> Result<bool, TopicError> {
+        self.store(config, |existing, new| existing != Some(new))
+    }
+
+    /// Inserts `config` when `should(existing, new)` says so, then persists the table.
+    fn store(
+        &self,
+        config: TopicConfig,
+        should: impl FnOnce(Option<&TopicConfig>, &TopicConfig) -> bool,
+    ) -> Result<bool, TopicError> {
         validate_topic_name(&config.topic_name)?;
         {
             let mut inner = self.inner.write().expect("topic table lock poisoned");
-            if inner.topic_config_table.get(&config.topic_name) == Some(&config) {
+            if !should(inner.topic_config_table.get(&config.topic_name), &config) {
                 return Ok(false);
             }
             inner

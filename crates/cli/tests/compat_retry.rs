@@ -20,23 +20,8 @@ const LEVELS: &str = "1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s";
 fn up_with_levels(dir: &Path) -> QuiverProcess {
     let conf = dir.join("broker.conf");
     std::fs::write(&conf, format!("messageDelayLevel={LEVELS}\n")).expect("write broker.conf");
-    let data = dir.join("data");
-    QuiverProcess::start(
-        &binary(),
-        &[
-            "up",
-            "-c",
-            conf.to_str().expect("utf-8 path"),
-            "--data",
-            data.to_str().expect("utf-8 path"),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-        ],
-        dir,
-    )
-    .expect("quiver up starts")
+    QuiverProcess::up_with_config(&binary(), &dir.join("data"), Some(&conf), dir)
+        .expect("quiver up starts")
 }
 
 fn options(tags: &str, keys: &str) -> SendOptions {

@@ -40,23 +40,8 @@ fn seed() -> u64 {
 }
 
 fn start(dir: &Path, conf: &Path) -> QuiverProcess {
-    let data = dir.join("data");
-    QuiverProcess::start(
-        &binary(),
-        &[
-            "up",
-            "-c",
-            conf.to_str().expect("utf-8 path"),
-            "--data",
-            data.to_str().expect("utf-8 path"),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-        ],
-        dir,
-    )
-    .expect("quiver up starts")
+    QuiverProcess::up_with_config(&binary(), &dir.join("data"), Some(conf), dir)
+        .expect("quiver up starts")
 }
 
 fn write_conf(dir: &Path, flush: &str) -> PathBuf {

@@ -28,20 +28,30 @@ pub struct QuiverProcess {
 impl QuiverProcess {
     /// `quiver up` with free ports and its data in `data_dir`.
     pub fn up(binary: &Path, data_dir: &Path) -> anyhow::Result<QuiverProcess> {
+        Self::up_with_config(binary, data_dir, None, data_dir)
+    }
+
+    /// `quiver up -c config` with free ports, data in `data_dir` and the log in `log_dir`.
+    pub fn up_with_config(
+        binary: &Path,
+        data_dir: &Path,
+        config: Option<&Path>,
+        log_dir: &Path,
+    ) -> anyhow::Result<QuiverProcess> {
         let data = data_dir.to_str().context("data dir is not UTF-8")?;
-        Self::start(
-            binary,
-            &[
-                "up",
-                "--data",
-                data,
-                "--namesrv-port",
-                "0",
-                "--broker-port",
-                "0",
-            ],
-            data_dir,
-        )
+        let mut args = vec![
+            "up",
+            "--data",
+            data,
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+        ];
+        if let Some(config) = config {
+            args.extend(["-c", config.to_str().context("config path is not UTF-8")?]);
+        }
+        Self::start(binary, &args, log_dir)
     }
 
     /// Runs `binary args...`, with its log in `log_dir/quiver.log`, and waits for the `ready`

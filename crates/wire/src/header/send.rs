@@ -1,6 +1,6 @@
 //! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and their response.
 
-use super::{ext_header, HeaderError};
+use super::HeaderError;
 use crate::frame::ExtFields;
 
 /// The send request header. Code 10 uses the Java field names; 310/320 carry the same data
@@ -147,29 +147,6 @@ impl SendMessageResponseHeader {
         ext
     }
 }
-
-/// CONSUMER_SEND_MSG_BACK (36).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsumerSendMsgBackHeader {
-    /// Commit-log position of the original message.
-    pub offset: i64,
-    pub group: String,
-    pub delay_level: i32,
-    pub origin_msg_id: Option<String>,
-    pub origin_topic: Option<String>,
-    pub unit_mode: bool,
-    pub max_reconsume_times: Option<i32>,
-}
-
-ext_header!(ConsumerSendMsgBackHeader {
-    offset: req "offset",
-    group: req "group",
-    delay_level: req "delayLevel",
-    origin_msg_id: opt "originMsgId",
-    origin_topic: opt "originTopic",
-    unit_mode: def "unitMode" = false,
-    max_reconsume_times: opt "maxReconsumeTimes",
-});
 
 #[cfg(test)]
 mod tests {
