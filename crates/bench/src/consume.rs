@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder, SHARDS_MAX};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, ConsumeInterval, Counters, Goal, Summary, Throughput};
+use crate::report::{progress, ConsumeInterval, Counters, Goal, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ConsumeArgs};
 
@@ -209,14 +209,14 @@ async fn report_loop(
             let measured_s = (now - measure_start.0).as_secs_f64();
             let total = counters.since(&measure_start.1);
             let cpu_s = process_cpu_s() - cpu_at_start;
-            let summary = Summary {
+            let latency = Percentiles::of(&b2c_measured);
+            let summary = Summary::new(
                 measured_s,
-                counters: total,
-                throughput: Throughput::of(&total, measured_s),
-                latency: Percentiles::of(&b2c_measured),
-                process_cpu_s: cpu_s,
-                process_cores: cpu_s / (now - start).as_secs_f64().max(1e-9),
-            };
+                total,
+                latency,
+                cpu_s,
+                (now - start).as_secs_f64(),
+            );
             let s2c = Percentiles::of(&s2c_measured);
             let b2c = summary.latency;
             return (intervals, summary, b2c, s2c, stop);

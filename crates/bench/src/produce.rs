@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, Counters, Goal, ProduceInterval, Summary, Throughput};
+use crate::report::{progress, Counters, Goal, ProduceInterval, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ProduceArgs};
 
@@ -463,14 +463,14 @@ async fn report_loop(
             let measured_s = (now - measure_start.0).as_secs_f64();
             let total = counters.since(&measure_start.1);
             let cpu_s = process_cpu_s() - cpu_at_start;
-            let summary = Summary {
+            let latency = Percentiles::of(&measured);
+            let summary = Summary::new(
                 measured_s,
-                counters: total,
-                throughput: Throughput::of(&total, measured_s),
-                latency: Percentiles::of(&measured),
-                process_cpu_s: cpu_s,
-                process_cores: cpu_s / (now - start).as_secs_f64().max(1e-9),
-            };
+                total,
+                latency,
+                cpu_s,
+                (now - start).as_secs_f64(),
+            );
             if stop == Stop::Interrupted {
                 println!("Interrupted.");
             }

@@ -161,6 +161,25 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The summary over the measured part of a run: `counters` and `latency` after warm-up,
+    /// the process's CPU over the whole run of `wall_s` seconds.
+    pub fn new(
+        measured_s: f64,
+        counters: Counters,
+        latency: Percentiles,
+        cpu_s: f64,
+        wall_s: f64,
+    ) -> Summary {
+        Summary {
+            measured_s,
+            counters,
+            throughput: Throughput::of(&counters, measured_s),
+            latency,
+            process_cpu_s: cpu_s,
+            process_cores: cpu_s / wall_s.max(1e-9),
+        }
+    }
+
     pub fn lines(&self, latency_name: &str) -> Vec<String> {
         vec![
             format!(
