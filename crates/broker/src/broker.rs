@@ -199,6 +199,16 @@ impl Broker {
         }
     }
 
+    /// One link per configured name server.
+    fn namesrv_links(&self) -> Vec<Link> {
+        self.config
+            .namesrv_addrs
+            .iter()
+            .cloned()
+            .map(Link::new)
+            .collect()
+    }
+
     async fn unregister_everywhere(&self, links: &mut [Link]) {
         let header = UnregisterBrokerRequestHeader {
             broker_name: self.config.broker_name.clone(),
@@ -339,14 +349,7 @@ impl RunningBroker {
         for task in &self.tasks {
             task.abort();
         }
-        let mut links: Vec<Link> = self
-            .broker
-            .config
-            .namesrv_addrs
-            .iter()
-            .cloned()
-            .map(Link::new)
-            .collect();
+        let mut links = self.broker.namesrv_links();
         self.broker.unregister_everywhere(&mut links).await;
         if let Err(error) = self.broker.offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist consumer offsets");
@@ -453,13 +456,7 @@ async fn registration(
         );
         return;
     }
-    let mut links: Vec<Link> = broker
-        .config
-        .namesrv_addrs
-        .iter()
-        .cloned()
-        .map(Link::new)
-        .collect();
+    let mut links = broker.namesrv_links();
     let mut failing = vec![true; links.len()];
     let mut period = tokio::time::interval(Duration::from_millis(broker.config.register_period_ms));
     loop {

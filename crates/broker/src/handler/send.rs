@@ -9,7 +9,7 @@ use quiver_store::{AppendError, AppendOutcome, AppendRequest, FlushStatus, Recor
 use quiver_wire::batch::decode_batch;
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHeader};
-use quiver_wire::message::{find_property, offset_msg_id, property, tags_code, StoredMessage};
+use quiver_wire::message::{find_property, offset_msg_id, property, StoredMessage};
 use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
@@ -226,18 +226,7 @@ impl RecordBuilder<'_> {
             );
             return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
         }
-        let tags = find_property(&properties, property::TAGS)
-            .map(tags_code)
-            .unwrap_or(0);
-        let mut keys: Vec<String> = find_property(&properties, property::KEYS)
-            .map(|k| {
-                k.split(' ')
-                    .filter(|w| !w.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default();
-        keys.push(uniq_key.clone());
+        let tags = requeue::tags_code_of(&properties);
         let mut message = StoredMessage {
             queue_id: self.queue_id,
             flag,
@@ -260,18 +249,8 @@ impl RecordBuilder<'_> {
             Some(level) => delay::schedule(&mut message, level, levels),
             None => tags,
         };
-        let mut bytes = Vec::with_capacity(message.encoded_len());
-        message
-            .encode(&mut bytes)
-            .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e.to_string()))?;
-        let record = Record {
-            topic: message.topic,
-            queue_id: message.queue_id as u32,
-            tags_code: tags,
-            keys,
-            store_timestamp_ms: self.now_ms,
-            bytes,
-        };
+        let record = requeue::record_with_tags_code(&message, tags)
+            .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e))?;
         Ok((record, uniq_key))
     }
 
