@@ -83,6 +83,7 @@ async fn serve_connection(
                 Ok(Some(request)) => request,
                 Ok(None) => break,
                 Err(error) => {
+                    broker.store.drain();
                     tracing::warn!(peer = %connection.peer, %error, "closing connection: malformed frame");
                     writer_task.abort();
                     return Ok(());
@@ -92,8 +93,16 @@ async fn serve_connection(
                 // Answers to our NOTIFY requests carry nothing we act on.
                 continue;
             }
-            let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                unreachable!("the in-flight semaphore is never closed");
+            let permit = match in_flight.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    // Answers free permits, and the sends queued so far are not written yet.
+                    broker.store.drain();
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        unreachable!("the in-flight semaphore is never closed");
+                    };
+                    permit
+                }
             };
             let oneway = request.is_oneway();
             handler::dispatch(
@@ -102,6 +111,9 @@ async fn serve_connection(
                 Responder::new(connection.clone(), oneway, permit),
             );
         }
+        // Sends decoded from one read were only queued (see handler::send): write them now,
+        // as one group.
+        broker.store.drain();
         match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
             Ok(Ok(0)) | Err(_) => break Ok(()),
             Ok(Ok(_)) => {}

@@ -1,6 +1,7 @@
-//! The appender thread: the only writer of the CommitLog, ConsumeQueues and index.
+//! The appender: the only writer of the CommitLog, ConsumeQueues and index. It has no thread
+//! of its own: whoever appends takes it and writes everything queued (see `Store::drain`).
 //!
-//! Each wake-up takes every request waiting (a group, bounded by `GROUP_BYTES_MAX`), lays the
+//! Each turn takes every request waiting (a group, bounded by `GROUP_BYTES_MAX`), lays the
 //! records out in one buffer, writes it with one call per segment touched, writes one run of
 //! ConsumeQueue entries per queue and one run of index entries, publishes, and completes.
 //! A failed write rolls the files back to where the group started, so the log stays a sequence
@@ -9,8 +10,8 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -121,9 +122,10 @@ struct Chunk {
 
 pub struct Appender {
     shared: Arc<Shared>,
-    rx: Receiver<AppendJob>,
-    queued: Arc<AtomicUsize>,
+    /// The sync flusher's inbox; None with async flush and once the store is closing.
     sync: Option<(SyncSender<SyncBatch>, Duration)>,
+    /// The group being written; its allocation is reused from turn to turn.
+    group: Vec<AppendJob>,
     /// Next byte to write; equals the published written position between groups.
     position: u64,
     segment_base: u64,
@@ -142,8 +144,6 @@ pub struct Appender {
 impl Appender {
     pub fn new(
         shared: Arc<Shared>,
-        rx: Receiver<AppendJob>,
-        queued: Arc<AtomicUsize>,
         sync: Option<(SyncSender<SyncBatch>, Duration)>,
         segment_base: u64,
         segment_file: Option<Arc<File>>,
@@ -151,9 +151,8 @@ impl Appender {
         let position = shared.written_position.load(Ordering::Acquire);
         Appender {
             shared,
-            rx,
-            queued,
             sync,
+            group: Vec::new(),
             position,
             segment_base,
             segment_file,
@@ -167,25 +166,34 @@ impl Appender {
         }
     }
 
-    pub fn run(mut self) {
-        let mut group = Vec::new();
-        // Ends when every sender is gone and the queue is drained: close() relies on that.
-        while let Ok(first) = self.rx.recv() {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            let mut group_bytes = job_bytes(&first);
-            group.push(first);
-            while group_bytes < GROUP_BYTES_MAX {
-                match self.rx.try_recv() {
-                    Ok(job) => {
-                        self.queued.fetch_sub(1, Ordering::Relaxed);
-                        group_bytes += job_bytes(&job);
-                        group.push(job);
-                    }
-                    Err(_) => break,
-                }
+    /// Writes every job in `waiting` (left empty, its allocation swapped in for reuse), in
+    /// groups of at most `GROUP_BYTES_MAX`, and completes them.
+    pub fn append_all(&mut self, waiting: &mut Vec<AppendJob>) {
+        let mut group = std::mem::take(&mut self.group);
+        std::mem::swap(&mut group, waiting);
+        let mut rest = Vec::new();
+        while !group.is_empty() {
+            let mut group_bytes = 0;
+            let split = group
+                .iter()
+                .position(|job| {
+                    group_bytes += job_bytes(job);
+                    group_bytes > GROUP_BYTES_MAX
+                })
+                // A single job over the limit still forms a group of its own.
+                .map_or(group.len(), |index| index.max(1));
+            if split < group.len() {
+                rest = group.split_off(split);
             }
             self.process(&mut group);
+            std::mem::swap(&mut group, &mut rest);
         }
+        self.group = group;
+    }
+
+    /// Lets the sync flusher finish: it ends once it has completed what it was handed.
+    pub fn release_flusher(&mut self) {
+        self.sync = None;
     }
 
     fn process(&mut self, group: &mut Vec<AppendJob>) {

@@ -1,5 +1,5 @@
 //! Quiver's storage engine: RocketMQ's CommitLog, ConsumeQueues and key index on disk,
-//! written by one appender thread in groups and read concurrently without opening files.
+//! written by one appender at a time in groups and read concurrently without opening files.
 //!
 //! Layers, lowest first: `record` (the stored-message layout), `commitlog` (segments),
 //! `consume_queue`, `index`, `checkpoint`; then `recovery` (open), `appender` and `flusher`
@@ -20,9 +20,9 @@ mod retention;
 mod shared;
 mod types;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -37,8 +37,8 @@ pub use retention::{DiskSpace, RetentionError, RetentionReport};
 pub use shared::ArrivalListener;
 use shared::Shared;
 
-/// Sync batches (one per group) that may wait for the flusher before the appender blocks;
-/// blocking there pushes back on producers through the bounded request queue.
+/// Sync batches (one per group) that may wait for the flusher before the appending thread
+/// blocks; blocking there pushes back on producers through the bounded request queue.
 const SYNC_BATCHES_MAX: usize = 1024;
 
 /// The store. Cheap to clone (Arc inside); Send + Sync.
@@ -49,18 +49,72 @@ pub struct Store {
 
 struct Inner {
     shared: Arc<Shared>,
-    sender: RwLock<Option<SyncSender<AppendJob>>>,
-    queued: Arc<AtomicUsize>,
+    /// Requests waiting for the appender.
+    queue: Mutex<Queue>,
+    queue_capacity: usize,
+    /// The one writer. Whoever takes it writes everything queued, its own request and other
+    /// callers' alike (flat combining), so appends need no thread of their own and no
+    /// hand-off between threads; callers that find it taken leave their request to the holder.
+    appender: Mutex<Appender>,
     /// Dropping these wakes and stops the timed background threads.
     stops: Mutex<Vec<mpsc::Sender<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: Mutex<bool>,
 }
 
+struct Queue {
+    jobs: Vec<AppendJob>,
+    open: bool,
+}
+
+/// A panic in an append callback cannot leave these inconsistent (the appender completes a
+/// group only after publishing it), so a poisoned lock is still usable.
+fn relock<'a, T>(result: LockResult<MutexGuard<'a, T>>) -> MutexGuard<'a, T> {
+    result.unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Inner {
-    /// Stops accepting appends, lets the appender drain its queue, and joins the threads.
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        relock(self.queue.lock())
+    }
+
+    /// Writes everything queued unless another thread is already at it; see `Store::drain`.
+    fn drain(&self) {
+        loop {
+            let mut appender = match self.appender.try_lock() {
+                Ok(appender) => appender,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                // The holder looks at the queue again after letting go, so it will see ours.
+                Err(TryLockError::WouldBlock) => return,
+            };
+            self.append_queued(&mut appender);
+            drop(appender);
+            if self.queue().jobs.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn append_queued(&self, appender: &mut Appender) {
+        let mut taken = Vec::new();
+        loop {
+            std::mem::swap(&mut self.queue().jobs, &mut taken);
+            if taken.is_empty() {
+                return;
+            }
+            appender.append_all(&mut taken);
+        }
+    }
+
+    /// Stops accepting appends, completes what is queued, and joins the threads.
     fn stop_threads(&self) {
-        self.sender.write().expect("sender lock poisoned").take();
+        self.queue().open = false;
+        {
+            // Blocking: a request queued just now may be in another thread's hands.
+            let mut appender = relock(self.appender.lock());
+            self.append_queued(&mut appender);
+            appender.release_flusher();
+        }
         self.stops.lock().expect("stop lock poisoned").clear();
         let threads = std::mem::take(&mut *self.threads.lock().expect("thread lock poisoned"));
         let me = std::thread::current().id();
@@ -96,8 +150,6 @@ impl Store {
         let queue_capacity = config.append_queue_requests_max;
         let (shared, start, report) = recovery::recover(config)?;
         let shared = Arc::new(shared);
-        let (sender, receiver) = mpsc::sync_channel(queue_capacity);
-        let queued = Arc::new(AtomicUsize::new(0));
         let mut threads = Vec::new();
         let mut stops = Vec::new();
         let sync = match flush {
@@ -140,18 +192,19 @@ impl Store {
         }
         let appender = Appender::new(
             Arc::clone(&shared),
-            receiver,
-            Arc::clone(&queued),
             sync,
             start.segment_base,
             start.segment_file,
         );
-        threads.push(spawn("quiver-store-appender", move || appender.run())?);
         let store = Store {
             inner: Arc::new(Inner {
                 shared,
-                sender: RwLock::new(Some(sender)),
-                queued,
+                queue: Mutex::new(Queue {
+                    jobs: Vec::new(),
+                    open: true,
+                }),
+                queue_capacity: queue_capacity.max(1),
+                appender: Mutex::new(appender),
                 stops: Mutex::new(stops),
                 threads: Mutex::new(threads),
                 closed: Mutex::new(false),
@@ -160,37 +213,43 @@ impl Store {
         Ok((store, report))
     }
 
-    /// Never blocks on the disk: queues the request (Err Busy via `done` if the queue is full)
-    /// and returns; `done` runs later on a store thread (or inline for immediate errors).
+    /// Queues the request and writes the queue unless another thread is writing it already
+    /// (which then writes this request too). `done` runs once the request is written (with
+    /// sync flush: once an fsync covers it, on the flusher thread), on whichever thread wrote
+    /// it, or inline for a refused request (Busy when the queue is full, Closed).
     pub fn append(&self, request: AppendRequest, done: AppendDone) {
+        self.enqueue(request, done);
+        self.drain();
+    }
+
+    /// Queues the request without writing it: the caller promises a `drain` soon after, so
+    /// that requests arriving together (one socket read's worth) form one group.
+    pub fn enqueue(&self, request: AppendRequest, done: AppendDone) {
         if let Err(e) = appender::validate(&request, &self.inner.shared.config) {
             return done(Err(e));
         }
-        let sent = {
-            let sender = self.inner.sender.read().expect("sender lock poisoned");
-            match sender.as_ref() {
-                None => Err((AppendError::Closed, done)),
-                Some(sender) => {
-                    self.inner.queued.fetch_add(1, Ordering::Relaxed);
-                    match sender.try_send(AppendJob { request, done }) {
-                        Ok(()) => Ok(()),
-                        Err(TrySendError::Full(job)) => {
-                            let queued_requests =
-                                self.inner.queued.fetch_sub(1, Ordering::Relaxed) - 1;
-                            Err((AppendError::Busy { queued_requests }, job.done))
-                        }
-                        Err(TrySendError::Disconnected(job)) => {
-                            self.inner.queued.fetch_sub(1, Ordering::Relaxed);
-                            Err((AppendError::Closed, job.done))
-                        }
-                    }
-                }
+        let refused = {
+            let mut queue = self.inner.queue();
+            if !queue.open {
+                Some((AppendError::Closed, done))
+            } else if queue.jobs.len() >= self.inner.queue_capacity {
+                let queued_requests = queue.jobs.len();
+                Some((AppendError::Busy { queued_requests }, done))
+            } else {
+                queue.jobs.push(AppendJob { request, done });
+                None
             }
         };
-        // Outside the lock: callbacks never run under a store lock.
-        if let Err((error, done)) = sent {
+        // Outside the lock: callbacks never run under the queue lock.
+        if let Some((error, done)) = refused {
             done(Err(error));
         }
+    }
+
+    /// Writes every queued request, unless another thread is doing so already; in that case
+    /// it returns at once and that thread writes them. Completions run here or there.
+    pub fn drain(&self) {
+        self.inner.drain();
     }
 
     /// Reads up to `max_messages` / `max_bytes` (at least one message if any matches) starting
@@ -265,7 +324,7 @@ impl Store {
         read::query_by_key(&self.inner.shared, topic, key, max, begin_ms, end_ms)
     }
 
-    /// Called on the appender thread after each group with (topic, queue_id, new max_offset),
+    /// Called on the thread that wrote each group, after it, with (topic, queue_id, new max_offset),
     /// once per queue touched. Replaces any previous listener.
     pub fn set_arrival_listener(&self, listener: ArrivalListener) {
         *self

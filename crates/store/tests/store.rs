@@ -356,7 +356,8 @@ fn a_full_queue_answers_busy_and_close_answers_closed() {
     let mut config = small_config(dir.path());
     config.append_queue_requests_max = 1;
     let (store, _) = Store::open(config).expect("open");
-    // The listener runs on the appender thread: holding it there keeps the queue full.
+    // The listener runs on the thread writing the group: holding it there keeps the queue
+    // full, and that thread keeps the appender while the test thread queues more.
     let (entered_tx, entered_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let release_rx = Mutex::new(release_rx);
@@ -366,21 +367,23 @@ fn a_full_queue_answers_busy_and_close_answers_closed() {
         let _ = release_rx.lock().expect("lock").recv_timeout(WAIT);
     }));
     let (done_tx, done_rx) = mpsc::channel();
-    for i in 0..3 {
-        let tx = done_tx.clone();
-        store.append(
-            AppendRequest {
-                records: vec![simple("T", 0, b"x")],
-            },
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        if i == 0 {
-            entered_rx
-                .recv_timeout(WAIT)
-                .expect("appender took the first request");
-        }
+    let request = || AppendRequest {
+        records: vec![simple("T", 0, b"x")],
+    };
+    let reply = |tx: mpsc::Sender<_>| -> quiver_store::AppendDone {
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        })
+    };
+    let writer = {
+        let (store, done) = (store.clone(), reply(done_tx.clone()));
+        std::thread::spawn(move || store.append(request(), done))
+    };
+    entered_rx
+        .recv_timeout(WAIT)
+        .expect("the first append is being written");
+    for _ in 0..2 {
+        store.append(request(), reply(done_tx.clone()));
     }
     // First is in the listener, second waits in the queue, third is refused.
     let busy = done_rx.recv_timeout(WAIT).expect("busy");
@@ -388,6 +391,7 @@ fn a_full_queue_answers_busy_and_close_answers_closed() {
     drop(release_tx);
     assert!(done_rx.recv_timeout(WAIT).expect("first").is_ok());
     assert!(done_rx.recv_timeout(WAIT).expect("second").is_ok());
+    writer.join().expect("writer thread");
     store.close().expect("close");
     store.close().expect("close is idempotent");
     assert_eq!(

@@ -13,7 +13,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::code::untruncate_pop_code;
-use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode, FLAG_RESPONSE};
+use crate::frame::{
+    Command, Encoding, ExtFields, ExtText, FrameError, LanguageCode, FLAG_RESPONSE,
+};
 
 /// code + language + version + opaque + flag + remark length + ext length.
 const FIXED_BYTES: usize = 2 + 1 + 2 + 4 + 4 + 4 + 4;
@@ -65,6 +67,13 @@ impl<'a> Reader<'a> {
         usize::try_from(value).map_err(|_| bad(format!("{what} length {value} is negative")))
     }
 
+    /// Skips `count` bytes and returns where they were.
+    fn range(&mut self, count: usize, what: &str) -> Result<std::ops::Range<usize>, FrameError> {
+        let start = self.position;
+        self.take(count, what)?;
+        Ok(start..self.position)
+    }
+
     fn text(&mut self, count: usize, what: &str) -> Result<String, FrameError> {
         let raw = self.take(count, what)?;
         String::from_utf8(raw.to_vec()).map_err(|_| bad(format!("{what} is not UTF-8")))
@@ -95,23 +104,32 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
     let ext = if ext_bytes == 0 {
         None
     } else {
+        let ext_start = reader.position;
         let mut entries = Reader {
             bytes: reader.take(ext_bytes, "ext")?,
             position: 0,
         };
-        let mut ext = ExtFields::new();
+        let mut ext = ExtFields::with_capacity(16);
+        // Keys and values are slices of `header`, shared rather than copied.
+        let shared = |range: std::ops::Range<usize>, what: &str| {
+            ExtText::from_utf8(header.slice(ext_start + range.start..ext_start + range.end))
+                .ok_or_else(|| bad(format!("{what} is not UTF-8")))
+        };
         while entries.position < entries.bytes.len() {
             let key_length = entries.i16("ext key length")?;
             let key_bytes = entries.length(i64::from(key_length), "ext key")?;
-            let key = entries.text(key_bytes, "ext key")?;
+            let key_range = entries.range(key_bytes, "ext key")?;
             let value_length = entries.i32("ext value length")?;
             let value_bytes = entries.length(i64::from(value_length), "ext value")?;
-            let value = entries.text(value_bytes, "ext value")?;
+            let value_range = entries.range(value_bytes, "ext value")?;
             // Empty keys and values are null in Java, which never lands in a header field.
-            if key.is_empty() || value.is_empty() {
+            if key_range.is_empty() || value_range.is_empty() {
                 continue;
             }
-            ext.insert(key, value);
+            ext.insert(
+                shared(key_range, "ext key")?,
+                shared(value_range, "ext value")?,
+            );
         }
         Some(ext)
     };

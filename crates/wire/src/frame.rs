@@ -7,10 +7,9 @@
 //! ...       body      whatever remains of the frame
 //! ```
 
-use std::collections::BTreeMap;
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+pub use crate::ext::{ExtFields, ExtText};
 use crate::{binary_header, json_header};
 
 /// Largest whole frame (length field included) that we accept or produce. It matches the Java
@@ -71,56 +70,6 @@ impl LanguageCode {
             .position(|known| *known == name)
             .and_then(|index| u8::try_from(index).ok())
             .map(LanguageCode)
-    }
-}
-
-/// The `extFields` map. A BTreeMap keeps our output deterministic; on input the last duplicate
-/// key wins, as it does in Java's HashMap.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ExtFields(pub BTreeMap<String, String>);
-
-impl ExtFields {
-    pub fn new() -> Self {
-        ExtFields(BTreeMap::new())
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
-
-    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.0.insert(key.into(), value.into());
-    }
-
-    pub fn with(mut self, key: impl Into<String>, value: impl ToString) -> Self {
-        self.0.insert(key.into(), value.to_string());
-        self
-    }
-
-    pub fn remove(&mut self, key: &str) -> Option<String> {
-        self.0.remove(key)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-}
-
-impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for ExtFields {
-    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        ExtFields(
-            iter.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        )
     }
 }
 

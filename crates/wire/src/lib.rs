@@ -8,6 +8,7 @@ pub mod batch;
 mod binary_header;
 pub mod body;
 pub mod code;
+mod ext;
 pub mod frame;
 pub mod header;
 mod json_header;
@@ -18,7 +19,7 @@ pub use batch::{decode_batch, encode_batch, BatchEntry};
 pub use body::*;
 pub use code::{request_code, response_code, untruncate_pop_code};
 pub use frame::{
-    decode_frame, encode_frame, Command, Encoding, ExtFields, FrameError, LanguageCode,
+    decode_frame, encode_frame, Command, Encoding, ExtFields, ExtText, FrameError, LanguageCode,
     FLAG_ONEWAY, FLAG_RESPONSE, FRAME_BYTES_MAX, SERVER_VERSION,
 };
 pub use header::*;

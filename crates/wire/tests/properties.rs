@@ -38,7 +38,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
                 opaque,
                 flag,
                 remark,
-                ext: ext.map(ExtFields),
+                ext: ext.map(|map| map.into_iter().collect()),
                 body: Bytes::from(body),
                 encoding,
             },
@@ -62,6 +62,7 @@ fn as_binary_decodes(cmd: &Command) -> Command {
     expected.ext = cmd.ext.as_ref().filter(|ext| !ext.is_empty()).map(|ext| {
         ext.iter()
             .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect()
     });
     expected

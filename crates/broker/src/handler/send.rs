@@ -36,7 +36,9 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
         queue_id,
         first_uniq_key,
     } = prepared;
-    broker.store.append(
+    // The connection's read loop drains the store after each read, so that the sends of one
+    // read are written as one group.
+    broker.store.enqueue(
         AppendRequest { records },
         Box::new(move |result| {
             let response = respond(

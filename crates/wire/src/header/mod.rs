@@ -108,12 +108,12 @@ impl ExtFields {
         Ok(self.optional(field)?.unwrap_or(default))
     }
 
-    pub fn put<T: ExtValue>(&mut self, field: &str, value: &T) {
+    pub fn put<T: ExtValue>(&mut self, field: &'static str, value: &T) {
         self.insert(field, value.to_ext_string());
     }
 
     /// Writes the field only when it has a value, as Java leaves null fields out.
-    pub fn put_opt<T: ExtValue>(&mut self, field: &str, value: &Option<T>) {
+    pub fn put_opt<T: ExtValue>(&mut self, field: &'static str, value: &Option<T>) {
         if let Some(value) = value {
             self.put(field, value);
         }
