@@ -96,6 +96,9 @@ pub struct Broker {
     pub counters: Counters,
     pub started_ms: i64,
     register_now: Notify,
+    /// With sync flush, queued sends wait for the drain task (`write_queued_sends`).
+    drain_wanted: Notify,
+    sync_flush: bool,
     next_queue: AtomicU32,
     next_uniq: AtomicU32,
 }
@@ -118,6 +121,18 @@ impl Broker {
     /// Round-robin queue choice for sends that leave it to the broker.
     pub fn pick_queue(&self, queues: i32) -> i32 {
         (self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.max(1) as u32) as i32
+    }
+
+    /// Writes the sends queued in the store as one group. With async flush the caller writes
+    /// them now: a page-cache write is short, and no other thread needs waking. With sync
+    /// flush the drain task does, so that the caller (a connection's reader) goes on reading
+    /// while the fsync runs, and what arrives meanwhile forms the next group.
+    pub fn write_queued_sends(&self) {
+        if self.sync_flush {
+            self.drain_wanted.notify_one();
+        } else {
+            self.store.drain();
+        }
     }
 
     /// A UNIQ_KEY for messages whose producer did not set one.
@@ -289,6 +304,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             arrival_waiters.arrived(topic, queue_id, max_offset)
         },
     ));
+    let sync_flush = matches!(config.flush, quiver_store::FlushMode::Sync { .. });
     let broker = Arc::new(Broker {
         store_host: SocketAddr::new(config.broker_ip, local_addr.port()),
         config,
@@ -302,6 +318,8 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         counters: Counters::default(),
         started_ms: now_ms(),
         register_now: Notify::new(),
+        drain_wanted: Notify::new(),
+        sync_flush,
         next_queue: AtomicU32::new(0),
         next_uniq: AtomicU32::new(0),
     });
@@ -313,6 +331,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             broker.clone(),
             stopped.clone(),
         )),
+        tokio::spawn(drain_store(broker.clone())),
         tokio::spawn(housekeeping(broker.clone(), stopped.clone())),
         tokio::spawn(crate::delay::run(broker.clone(), stopped.clone())),
         tokio::spawn(registration(broker.clone(), stopped, registered_sender)),
@@ -363,6 +382,17 @@ impl RunningBroker {
             Ok(Err(error)) => tracing::error!(%error, "store did not close cleanly"),
             Err(error) => tracing::error!(%error, "store close task failed"),
         }
+    }
+}
+
+/// With sync flush, writes and fsyncs the queued sends. It waits one turn of the scheduler
+/// first, so that every connection with input ready has queued its sends; the fdatasync then
+/// blocks only this task, while readers go on queueing the next group.
+async fn drain_store(broker: Arc<Broker>) {
+    loop {
+        broker.drain_wanted.notified().await;
+        tokio::task::yield_now().await;
+        broker.store.drain();
     }
 }
 

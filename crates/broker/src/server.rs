@@ -83,7 +83,7 @@ async fn serve_connection(
                 Ok(Some(request)) => request,
                 Ok(None) => break,
                 Err(error) => {
-                    broker.store.drain();
+                    broker.write_queued_sends();
                     tracing::warn!(peer = %connection.peer, %error, "closing connection: malformed frame");
                     writer_task.abort();
                     return Ok(());
@@ -96,8 +96,8 @@ async fn serve_connection(
             let permit = match in_flight.clone().try_acquire_owned() {
                 Ok(permit) => permit,
                 Err(_) => {
-                    // Answers free permits, and the sends queued so far are not written yet.
-                    broker.store.drain();
+                    // Answers free permits, and the sends queued so far wait to be written.
+                    broker.write_queued_sends();
                     let Ok(permit) = in_flight.clone().acquire_owned().await else {
                         unreachable!("the in-flight semaphore is never closed");
                     };
@@ -111,9 +111,8 @@ async fn serve_connection(
                 Responder::new(connection.clone(), oneway, permit),
             );
         }
-        // Sends decoded from one read were only queued (see handler::send): write them now,
-        // as one group.
-        broker.store.drain();
+        // The sends of one read were only queued (see handler::send): one group for them all.
+        broker.write_queued_sends();
         match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
             Ok(Ok(0)) | Err(_) => break Ok(()),
             Ok(Ok(_)) => {}

@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,8 +121,10 @@ struct Chunk {
 
 pub struct Appender {
     shared: Arc<Shared>,
-    /// The sync flusher's inbox; None with async flush and once the store is closing.
-    sync: Option<(SyncSender<SyncBatch>, Duration)>,
+    /// With sync flush: how long a send may wait for its fsync (`syncFlushTimeout`).
+    sync_timeout: Option<Duration>,
+    /// With sync flush: written groups whose completions wait for an fsync.
+    unsynced: Vec<SyncBatch>,
     /// The group being written; its allocation is reused from turn to turn.
     group: Vec<AppendJob>,
     /// Next byte to write; equals the published written position between groups.
@@ -144,14 +145,15 @@ pub struct Appender {
 impl Appender {
     pub fn new(
         shared: Arc<Shared>,
-        sync: Option<(SyncSender<SyncBatch>, Duration)>,
+        sync_timeout: Option<Duration>,
         segment_base: u64,
         segment_file: Option<Arc<File>>,
     ) -> Appender {
         let position = shared.written_position.load(Ordering::Acquire);
         Appender {
             shared,
-            sync,
+            sync_timeout,
+            unsynced: Vec::new(),
             group: Vec::new(),
             position,
             segment_base,
@@ -191,9 +193,9 @@ impl Appender {
         self.group = group;
     }
 
-    /// Lets the sync flusher finish: it ends once it has completed what it was handed.
-    pub fn release_flusher(&mut self) {
-        self.sync = None;
+    /// With sync flush: moves the written groups that wait for an fsync to `into`.
+    pub fn take_unsynced(&mut self, into: &mut Vec<SyncBatch>) {
+        into.append(&mut self.unsynced);
     }
 
     fn process(&mut self, group: &mut Vec<AppendJob>) {
@@ -458,7 +460,7 @@ impl Appender {
         }
         self.touched.clear();
         let jobs = group.drain(..).zip(outcomes);
-        match &self.sync {
+        match self.sync_timeout {
             None => {
                 for (job, entries) in jobs {
                     (job.done)(Ok(AppendOutcome {
@@ -467,30 +469,21 @@ impl Appender {
                     }));
                 }
             }
-            Some((sender, timeout)) => {
-                let batch = SyncBatch {
-                    end_position: self.position,
-                    deadline: Instant::now() + *timeout,
-                    completions: jobs
-                        .map(|(job, entries)| {
-                            (
-                                job.done,
-                                AppendOutcome {
-                                    entries,
-                                    flush: FlushStatus::Ok,
-                                },
-                            )
-                        })
-                        .collect(),
-                };
-                if let Err(returned) = sender.send(batch) {
-                    // The flusher is gone (shutting down): the data is written but unflushed.
-                    for (done, mut outcome) in returned.0.completions {
-                        outcome.flush = FlushStatus::TimedOut;
-                        done(Ok(outcome));
-                    }
-                }
-            }
+            Some(timeout) => self.unsynced.push(SyncBatch {
+                end_position: self.position,
+                deadline: Instant::now() + timeout,
+                completions: jobs
+                    .map(|(job, entries)| {
+                        (
+                            job.done,
+                            AppendOutcome {
+                                entries,
+                                flush: FlushStatus::Ok,
+                            },
+                        )
+                    })
+                    .collect(),
+            }),
         }
     }
 }

@@ -3,9 +3,10 @@
 //! - Async flush: one thread wakes every `interval_ms`, fsyncs when at least `least_pages`
 //!   pages are unflushed (or every `THOROUGH_FLUSH_INTERVAL` regardless), then flushes the
 //!   ConsumeQueues and index and writes the checkpoint.
-//! - Sync flush: the flusher takes every batch of completions waiting, fsyncs once up to the
-//!   highest position among them (group commit), and completes them all. A second thread
-//!   checkpoints every `SYNC_CHECKPOINT_INTERVAL`, so that ConsumeQueue fsyncs never delay acks.
+//! - Sync flush: whoever appends also syncs (see `Store::drain`): it takes every batch of
+//!   completions waiting, fsyncs once up to the highest position among them (group commit),
+//!   and completes them all (`complete_synced`). A thread checkpoints every
+//!   `SYNC_CHECKPOINT_INTERVAL`, so that ConsumeQueue fsyncs never delay acks.
 //!
 //! Errors are not fatal here: an fsync that fails is retried on the next round, and sync
 //! requests it should have covered are completed as `TimedOut` (written, durability unknown).
@@ -51,27 +52,22 @@ pub fn run_async(shared: Arc<Shared>, stop: Receiver<()>, interval_ms: u64, leas
     }
 }
 
-pub fn run_sync(shared: Arc<Shared>, batches: Receiver<SyncBatch>) {
-    let mut pending = Vec::new();
-    // Ends when the appender has gone, after completing what it handed over.
-    while let Ok(first) = batches.recv() {
-        pending.push(first);
-        while let Ok(batch) = batches.try_recv() {
-            pending.push(batch);
-        }
-        let target = pending.iter().map(|b| b.end_position).max().unwrap_or(0);
-        let flushed = shared.flush_commitlog(target).is_ok();
-        let now = Instant::now();
-        for batch in pending.drain(..) {
-            let flush = if flushed && now <= batch.deadline {
-                FlushStatus::Ok
-            } else {
-                FlushStatus::TimedOut
-            };
-            for (done, mut outcome) in batch.completions {
-                outcome.flush = flush;
-                done(Ok(outcome));
-            }
+/// One group commit: fsyncs the CommitLog up to the highest position in `batches`, then
+/// completes them all (as `TimedOut` past their deadline or when the fsync failed: written,
+/// durability unknown). Leaves `batches` empty.
+pub fn complete_synced(shared: &Shared, batches: &mut Vec<SyncBatch>) {
+    let target = batches.iter().map(|b| b.end_position).max().unwrap_or(0);
+    let flushed = shared.flush_commitlog(target).is_ok();
+    let now = Instant::now();
+    for batch in batches.drain(..) {
+        let flush = if flushed && now <= batch.deadline {
+            FlushStatus::Ok
+        } else {
+            FlushStatus::TimedOut
+        };
+        for (done, mut outcome) in batch.completions {
+            outcome.flush = flush;
+            done(Ok(outcome));
         }
     }
 }

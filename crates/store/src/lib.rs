@@ -32,14 +32,10 @@ pub use types::{
     StoreConfig, StoreStats,
 };
 
-use appender::{AppendJob, Appender};
+use appender::{AppendJob, Appender, SyncBatch};
 pub use retention::{DiskSpace, RetentionError, RetentionReport};
 pub use shared::ArrivalListener;
 use shared::Shared;
-
-/// Sync batches (one per group) that may wait for the flusher before the appending thread
-/// blocks; blocking there pushes back on producers through the bounded request queue.
-const SYNC_BATCHES_MAX: usize = 1024;
 
 /// The store. Cheap to clone (Arc inside); Send + Sync.
 #[derive(Clone)]
@@ -56,6 +52,10 @@ struct Inner {
     /// callers' alike (flat combining), so appends need no thread of their own and no
     /// hand-off between threads; callers that find it taken leave their request to the holder.
     appender: Mutex<Appender>,
+    /// With sync flush: written groups waiting for an fsync, and the right to run one. The
+    /// holder fsyncs for everything waiting, its own groups and other callers' alike.
+    unsynced: Mutex<Vec<SyncBatch>>,
+    syncer: Mutex<()>,
     /// Dropping these wakes and stops the timed background threads.
     stops: Mutex<Vec<mpsc::Sender<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -79,30 +79,58 @@ impl Inner {
     }
 
     /// Writes everything queued unless another thread is already at it; see `Store::drain`.
+    /// With sync flush, then fsyncs for what was written, unless another thread is at that.
     fn drain(&self) {
         loop {
             let mut appender = match self.appender.try_lock() {
                 Ok(appender) => appender,
                 Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
                 // The holder looks at the queue again after letting go, so it will see ours.
-                Err(TryLockError::WouldBlock) => return,
+                Err(TryLockError::WouldBlock) => break,
             };
             self.append_queued(&mut appender);
             drop(appender);
             if self.queue().jobs.is_empty() {
+                break;
+            }
+        }
+        loop {
+            let syncer = match self.syncer.try_lock() {
+                Ok(syncer) => syncer,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                // Same hand-over as above: the holder looks again after letting go.
+                Err(TryLockError::WouldBlock) => return,
+            };
+            self.sync_written();
+            drop(syncer);
+            if relock(self.unsynced.lock()).is_empty() {
                 return;
             }
         }
     }
 
+    /// Writes the queue; with sync flush, the written groups join `unsynced`.
     fn append_queued(&self, appender: &mut Appender) {
         let mut taken = Vec::new();
         loop {
             std::mem::swap(&mut self.queue().jobs, &mut taken);
             if taken.is_empty() {
-                return;
+                break;
             }
             appender.append_all(&mut taken);
+        }
+        appender.take_unsynced(&mut relock(self.unsynced.lock()));
+    }
+
+    /// Group commits until nothing waits; the caller holds `syncer`.
+    fn sync_written(&self) {
+        let mut batches = Vec::new();
+        loop {
+            std::mem::swap(&mut *relock(self.unsynced.lock()), &mut batches);
+            if batches.is_empty() {
+                return;
+            }
+            flusher::complete_synced(&self.shared, &mut batches);
         }
     }
 
@@ -113,8 +141,12 @@ impl Inner {
             // Blocking: a request queued just now may be in another thread's hands.
             let mut appender = relock(self.appender.lock());
             self.append_queued(&mut appender);
-            appender.release_flusher();
         }
+        {
+            let _syncer = relock(self.syncer.lock());
+            self.sync_written();
+        }
+
         self.stops.lock().expect("stop lock poisoned").clear();
         let threads = std::mem::take(&mut *self.threads.lock().expect("thread lock poisoned"));
         let me = std::thread::current().id();
@@ -166,18 +198,13 @@ impl Store {
                 None
             }
             FlushMode::Sync { timeout_ms } => {
-                let (batch_sender, batches) = mpsc::sync_channel(SYNC_BATCHES_MAX);
-                let s = Arc::clone(&shared);
-                threads.push(spawn("quiver-store-flusher", move || {
-                    flusher::run_sync(s, batches)
-                })?);
                 let (stop, stopped) = mpsc::channel();
                 stops.push(stop);
                 let s = Arc::clone(&shared);
                 threads.push(spawn("quiver-store-checkpoint", move || {
                     flusher::run_checkpointer(s, stopped)
                 })?);
-                Some((batch_sender, Duration::from_millis(timeout_ms)))
+                Some(Duration::from_millis(timeout_ms))
             }
         };
         // Zeroed space only pays off when every group waits for an fdatasync; with async flush
@@ -205,6 +232,8 @@ impl Store {
                 }),
                 queue_capacity: queue_capacity.max(1),
                 appender: Mutex::new(appender),
+                unsynced: Mutex::new(Vec::new()),
+                syncer: Mutex::new(()),
                 stops: Mutex::new(stops),
                 threads: Mutex::new(threads),
                 closed: Mutex::new(false),
@@ -215,8 +244,8 @@ impl Store {
 
     /// Queues the request and writes the queue unless another thread is writing it already
     /// (which then writes this request too). `done` runs once the request is written (with
-    /// sync flush: once an fsync covers it, on the flusher thread), on whichever thread wrote
-    /// it, or inline for a refused request (Busy when the queue is full, Closed).
+    /// sync flush: once an fsync covers it), on whichever thread wrote (or synced) it, or
+    /// inline for a refused request (Busy when the queue is full, Closed).
     pub fn append(&self, request: AppendRequest, done: AppendDone) {
         self.enqueue(request, done);
         self.drain();

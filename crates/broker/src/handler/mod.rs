@@ -76,8 +76,6 @@ fn handler_for(code: i32) -> Option<Handler> {
     })
 }
 
-/// Sends are only queued in the store: the caller drains it once it has dispatched what one
-/// read brought.
 pub fn dispatch(broker: &Arc<Broker>, request: Command, responder: Responder) {
     match request.code {
         request_code::SEND_MESSAGE

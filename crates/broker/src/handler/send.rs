@@ -36,8 +36,7 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
         queue_id,
         first_uniq_key,
     } = prepared;
-    // The connection's read loop drains the store after each read, so that the sends of one
-    // read are written as one group.
+    // Only queued: the connection's read loop has the queue written once per read.
     broker.store.enqueue(
         AppendRequest { records },
         Box::new(move |result| {
