@@ -26,6 +26,9 @@ const TIMER_TICK: Duration = Duration::from_millis(1);
 /// Brokers register with the name server asynchronously, so a cluster that has just started
 /// may not list its broker or TBW102 yet: look again for this long before calling them missing.
 const REGISTRATION_GRACE_MS: u64 = 3_000;
+/// How long `--queues` waits for the cluster to list a broker: an Apache RocketMQ broker may
+/// register several seconds after its "boot success" line.
+const BROKER_WAIT_MS: u64 = 15_000;
 /// How long `--queues` waits for the name server to route the new topic.
 const ROUTE_WAIT_MS: u64 = 15_000;
 
@@ -260,7 +263,7 @@ async fn prepare_topic(client: &Client, args: &ProduceArgs) -> Result<(), BenchE
 
 async fn create_topic(client: &Client, args: &ProduceArgs, queues: i32) -> Result<(), BenchError> {
     let namesrv = &args.run.namesrv;
-    let deadline = Instant::now() + Duration::from_millis(REGISTRATION_GRACE_MS);
+    let deadline = Instant::now() + Duration::from_millis(BROKER_WAIT_MS);
     let masters = loop {
         let cluster = client
             .cluster_info()

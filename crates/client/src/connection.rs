@@ -6,7 +6,7 @@
 //! frame into one socket write, so many concurrent callers cost few system calls.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{broadcast, mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 
@@ -62,17 +62,30 @@ pub struct ServerRequest {
 /// under the same lock, so no caller can register after the final drain.
 #[derive(Default)]
 struct Pending {
-    waiters: HashMap<i32, oneshot::Sender<Command>>,
+    waiters: HashMap<i32, Waiter>,
+    /// When the expiry task will look next; None while it waits for a first waiter.
+    next_expiry: Option<Instant>,
     closed: bool,
+}
+
+/// A caller waiting for a response. Past its deadline the expiry task drops the sender, which
+/// ends the caller's wait: one timer for the connection instead of one per request.
+struct Waiter {
+    sender: oneshot::Sender<Command>,
+    deadline: Instant,
 }
 
 struct Shared {
     addr: String,
+    /// Set by the reader when the connection ends (after `Pending::closed`).
+    closed: Arc<AtomicBool>,
     outgoing: mpsc::Sender<Bytes>,
     pending: Arc<Mutex<Pending>>,
     next_opaque: AtomicI32,
     in_flight: Arc<Semaphore>,
-    tasks: [JoinHandle<()>; 2],
+    /// Wakes the expiry task when a waiter's deadline comes before the one it sleeps toward.
+    expiry: Arc<Notify>,
+    tasks: [JoinHandle<()>; 3],
 }
 
 impl Drop for Shared {
@@ -135,22 +148,28 @@ impl Connection {
         let (reader, writer) = stream.into_split();
         let (outgoing, queued) = mpsc::channel(limits.write_queue_frames_max.max(1));
         let pending = Arc::new(Mutex::new(Pending::default()));
+        let closed = Arc::new(AtomicBool::new(false));
+        let expiry = Arc::new(Notify::new());
         let writer_task = tokio::spawn(write_frames(writer, queued));
+        let expiry_task = tokio::spawn(expire_waiters(pending.clone(), expiry.clone()));
         let reader_task = tokio::spawn(read_frames(
             addr.to_owned(),
             reader,
             pending.clone(),
+            closed.clone(),
             outgoing.downgrade(),
             server_requests,
         ));
         Ok(Connection {
             shared: Arc::new(Shared {
                 addr: addr.to_owned(),
+                closed,
                 outgoing,
                 pending,
                 next_opaque: AtomicI32::new(1),
                 in_flight: Arc::new(Semaphore::new(limits.in_flight_max.max(1))),
-                tasks: [writer_task, reader_task],
+                expiry,
+                tasks: [writer_task, reader_task, expiry_task],
             }),
         })
     }
@@ -161,7 +180,7 @@ impl Connection {
 
     /// True once the reader saw the connection end; the pool then opens a new one.
     pub fn is_closed(&self) -> bool {
-        lock(&self.shared.pending).closed || self.shared.outgoing.is_closed()
+        self.shared.closed.load(Ordering::Acquire) || self.shared.outgoing.is_closed()
     }
 
     /// A fresh opaque for a request the caller encodes itself (see `call_encoded`).
@@ -179,19 +198,21 @@ impl Connection {
     ) -> Result<Command, ClientError> {
         request.opaque = self.next_opaque();
         let frame = encode(&request)?;
-        self.call_encoded(request.opaque, request.code, frame, timeout)
+        let deadline = Instant::now() + timeout;
+        self.call_encoded(request.opaque, request.code, frame, deadline, timeout)
             .await
     }
 
-    /// Sends a frame already encoded with `opaque` and waits for the response to it.
+    /// Sends a frame already encoded with `opaque` and waits for the response to it until
+    /// `deadline`; `timeout` is what the error reports.
     pub async fn call_encoded(
         &self,
         opaque: i32,
         code: i32,
         frame: Bytes,
+        deadline: Instant,
         timeout: Duration,
     ) -> Result<Command, ClientError> {
-        let deadline = Instant::now() + timeout;
         let timed_out = || ClientError::Timeout {
             addr: self.shared.addr.clone(),
             code,
@@ -204,21 +225,33 @@ impl Connection {
             if pending.closed {
                 return Err(self.closed());
             }
-            pending.waiters.insert(opaque, sender);
+            pending.waiters.insert(opaque, Waiter { sender, deadline });
+            if pending.next_expiry.is_none_or(|next| deadline < next) {
+                pending.next_expiry = Some(deadline);
+                self.shared.expiry.notify_one();
+            }
         }
         let _guard = WaiterGuard {
             pending: &self.shared.pending,
             opaque,
         };
-        match timeout_at(deadline, self.shared.outgoing.send(frame)).await {
-            Err(_) => return Err(timed_out()),
-            Ok(Err(_)) => return Err(self.closed()),
-            Ok(Ok(())) => {}
+        // The writer's queue is rarely full: skip the timer when there is room.
+        match self.shared.outgoing.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.closed()),
+            Err(mpsc::error::TrySendError::Full(frame)) => {
+                match timeout_at(deadline, self.shared.outgoing.send(frame)).await {
+                    Err(_) => return Err(timed_out()),
+                    Ok(Err(_)) => return Err(self.closed()),
+                    Ok(Ok(())) => {}
+                }
+            }
         }
-        match timeout_at(deadline, receiver).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(self.closed()),
-            Err(_) => Err(timed_out()),
+        match receiver.await {
+            Ok(response) => Ok(response),
+            // The expiry task dropped the waiter, or the connection ended.
+            Err(_) if Instant::now() >= deadline => Err(timed_out()),
+            Err(_) => Err(self.closed()),
         }
     }
 
@@ -252,6 +285,9 @@ impl Connection {
 
     async fn acquire(&self, deadline: Instant) -> Option<OwnedSemaphorePermit> {
         let permits = self.shared.in_flight.clone();
+        if let Ok(permit) = permits.clone().try_acquire_owned() {
+            return Some(permit);
+        }
         match timeout_at(deadline, permits.acquire_owned()).await {
             Ok(Ok(permit)) => Some(permit),
             // The semaphore is never closed; only the deadline can end the wait.
@@ -303,10 +339,37 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut queued: mpsc::Receiver<Byt
     let _ = writer.shutdown().await;
 }
 
+/// Ends the waits that passed their deadline. It sleeps until the earliest deadline (callers
+/// that register an earlier one wake it), or until a first waiter arrives.
+async fn expire_waiters(pending: Arc<Mutex<Pending>>, wake: Arc<Notify>) {
+    loop {
+        let next = {
+            let mut pending = lock(&pending);
+            if pending.closed {
+                return;
+            }
+            let now = Instant::now();
+            pending.waiters.retain(|_, waiter| waiter.deadline > now);
+            pending.next_expiry = pending.waiters.values().map(|w| w.deadline).min();
+            pending.next_expiry
+        };
+        match next {
+            None => wake.notified().await,
+            Some(deadline) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+        }
+    }
+}
+
 async fn read_frames(
     addr: String,
     mut reader: OwnedReadHalf,
     pending: Arc<Mutex<Pending>>,
+    closed: Arc<AtomicBool>,
     replies: mpsc::WeakSender<Bytes>,
     server_requests: broadcast::Sender<ServerRequest>,
 ) {
@@ -318,7 +381,7 @@ async fn read_frames(
                     let waiter = lock(&pending).waiters.remove(&command.opaque);
                     // No waiter: the caller timed out or gave up; the response is dropped.
                     if let Some(waiter) = waiter {
-                        let _ = waiter.send(command);
+                        let _ = waiter.sender.send(command);
                     }
                 }
                 Ok(Some(command)) => {
@@ -338,6 +401,7 @@ async fn read_frames(
     }
     let mut pending = lock(&pending);
     pending.closed = true;
+    closed.store(true, Ordering::Release);
     // Dropping the senders wakes every waiter with "closed".
     pending.waiters.clear();
 }
@@ -363,4 +427,92 @@ fn answer_server_request(
         addr: addr.to_owned(),
         command,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_wire::Encoding;
+    use tokio::net::TcpListener;
+
+    /// A server on loopback that reads everything and answers nothing, until it is told to
+    /// close the connection.
+    async fn silent_server() -> (String, oneshot::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let (close, closed) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut sink = [0u8; 4096];
+            tokio::select! {
+                _ = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} } => {}
+                _ = closed => {}
+            }
+        });
+        (addr, close)
+    }
+
+    async fn connect(addr: &str) -> Connection {
+        let (server_requests, _) = broadcast::channel(4);
+        Connection::connect(addr, &ConnectionLimits::default(), server_requests)
+            .await
+            .expect("connect")
+    }
+
+    #[tokio::test]
+    async fn a_short_deadline_expires_while_a_longer_one_still_waits() {
+        let (addr, _close) = silent_server().await;
+        let connection = connect(&addr).await;
+        let long = {
+            let connection = connection.clone();
+            tokio::spawn(async move {
+                let request = Command::request(34, Encoding::RocketMq);
+                connection.call(request, Duration::from_secs(30)).await
+            })
+        };
+        // Let the long wait register first: the short one must wake the expiry task early.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let request = Command::request(34, Encoding::RocketMq);
+        let result = connection.call(request, Duration::from_millis(200)).await;
+        let waited = started.elapsed();
+        assert!(
+            matches!(
+                result,
+                Err(ClientError::Timeout {
+                    timeout_ms: 200,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        assert!(!long.is_finished(), "the 30 s wait ended early");
+        long.abort();
+    }
+
+    #[tokio::test]
+    async fn waits_end_with_closed_when_the_server_goes_away() {
+        let (addr, close) = silent_server().await;
+        let connection = connect(&addr).await;
+        let waiting = {
+            let connection = connection.clone();
+            tokio::spawn(async move {
+                let request = Command::request(34, Encoding::RocketMq);
+                connection.call(request, Duration::from_secs(30)).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = close.send(());
+        let result = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the wait ended")
+            .expect("task");
+        assert!(
+            matches!(result, Err(ClientError::ConnectionClosed { .. })),
+            "{result:?}"
+        );
+        assert!(connection.is_closed());
+    }
 }

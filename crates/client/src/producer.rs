@@ -207,12 +207,13 @@ impl Producer {
                 Some(queue) => queue.clone(),
                 None => self.select_queue(&route, failed_broker.as_deref(), topic)?,
             };
-            let remaining = deadline.saturating_duration_since(Instant::now());
+            // The first attempt starts at once; only a retry can find the time used up.
+            let expired = attempt > 1 && Instant::now() >= deadline;
             let result = match route.master(&queue.broker_name) {
                 None => Err(ClientError::NoBrokerAddr {
                     broker_name: queue.broker_name.clone(),
                 }),
-                Some(_) if remaining.is_zero() => Err(ClientError::Timeout {
+                Some(_) if expired => Err(ClientError::Timeout {
                     addr: route
                         .master(&queue.broker_name)
                         .unwrap_or_default()
@@ -221,7 +222,7 @@ impl Producer {
                     timeout_ms: timeout.as_millis() as u64,
                 }),
                 Some(addr) => {
-                    self.send_once(addr, &queue, &payload, oneway, remaining)
+                    self.send_once(addr, &queue, &payload, oneway, deadline)
                         .await
                 }
             };
@@ -274,18 +275,22 @@ impl Producer {
         queue: &MessageQueue,
         payload: &Payload<'_>,
         oneway: bool,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Result<Option<SendResult>, ClientError> {
+        let timeout = Duration::from_millis(self.inner.config.send_timeout_ms);
         let client = &self.inner.client;
         let connection = client.connection(addr).await?;
         let opaque = connection.next_opaque();
         let (code, frame, uniq_id) = self.encode(opaque, queue, payload, oneway)?;
         if oneway {
-            connection.send_encoded_oneway(frame, code, timeout).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            connection
+                .send_encoded_oneway(frame, code, remaining)
+                .await?;
             return Ok(None);
         }
         let response = connection
-            .call_encoded(opaque, code, frame, timeout)
+            .call_encoded(opaque, code, frame, deadline, timeout)
             .await?;
         let status = match response.code {
             response_code::SUCCESS => SendStatus::Ok,

@@ -13,9 +13,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::code::untruncate_pop_code;
-use crate::frame::{
-    Command, Encoding, ExtFields, ExtText, FrameError, LanguageCode, FLAG_RESPONSE,
-};
+use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode, FLAG_RESPONSE};
 
 /// code + language + version + opaque + flag + remark length + ext length.
 const FIXED_BYTES: usize = 2 + 1 + 2 + 4 + 4 + 4 + 4;
@@ -109,28 +107,23 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
             bytes: reader.take(ext_bytes, "ext")?,
             position: 0,
         };
-        let mut ext = ExtFields::with_capacity(16);
-        // Keys and values are slices of `header`, shared rather than copied.
-        let shared = |range: std::ops::Range<usize>, what: &str| {
-            ExtText::from_utf8(header.slice(ext_start + range.start..ext_start + range.end))
-                .ok_or_else(|| bad(format!("{what} is not UTF-8")))
-        };
+        // Keys and values stay in the frame's bytes; the map records where.
+        let mut ranges = Vec::with_capacity(16);
         while entries.position < entries.bytes.len() {
             let key_length = entries.i16("ext key length")?;
             let key_bytes = entries.length(i64::from(key_length), "ext key")?;
-            let key_range = entries.range(key_bytes, "ext key")?;
+            let key = entries.range(key_bytes, "ext key")?;
             let value_length = entries.i32("ext value length")?;
             let value_bytes = entries.length(i64::from(value_length), "ext value")?;
-            let value_range = entries.range(value_bytes, "ext value")?;
+            let value = entries.range(value_bytes, "ext value")?;
             // Empty keys and values are null in Java, which never lands in a header field.
-            if key_range.is_empty() || value_range.is_empty() {
-                continue;
+            if !key.is_empty() && !value.is_empty() {
+                ranges.push((key, value));
             }
-            ext.insert(
-                shared(key_range, "ext key")?,
-                shared(value_range, "ext value")?,
-            );
         }
+        let section = header.slice(ext_start..ext_start + ext_bytes);
+        let ext = ExtFields::from_frame(section, &ranges)
+            .ok_or_else(|| bad("an ext key or value is not UTF-8"))?;
         Some(ext)
     };
 

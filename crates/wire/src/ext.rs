@@ -15,15 +15,9 @@ use bytes::Bytes;
 pub struct ExtText(Bytes);
 
 impl ExtText {
-    /// Text taken from a frame; None when the bytes are not UTF-8.
-    pub fn from_utf8(bytes: Bytes) -> Option<ExtText> {
-        std::str::from_utf8(&bytes).ok()?;
-        Some(ExtText(bytes))
-    }
-
     pub fn as_str(&self) -> &str {
-        // SAFETY: every constructor checks or inherits UTF-8 validity: `from_utf8` checks, the
-        // `From` impls take `&'static str` and `String`, and the bytes are never mutated.
+        // SAFETY: the only constructors are the `From` impls, which take `&str` and `String`
+        // (UTF-8 by type), and `Bytes` never changes its contents.
         unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
 
@@ -71,39 +65,100 @@ impl fmt::Display for ExtText {
 /// order, so a decoded frame re-encodes to the bytes it came from.
 #[derive(Clone, Default)]
 pub struct ExtFields {
-    entries: Vec<(ExtText, ExtText)>,
+    /// The ext section of the frame this was decoded from (empty when built here): one shared
+    /// handle for all the entries that point into it.
+    frame: Bytes,
+    entries: Vec<(Text, Text)>,
+}
+
+/// Where an entry's key or value lives.
+#[derive(Clone)]
+enum Text {
+    /// `frame[start..start + len]`, checked to be UTF-8 when decoded.
+    Frame {
+        start: u32,
+        len: u32,
+    },
+    Own(ExtText),
+}
+
+/// String equality that looks at the length and the first byte before comparing the rest:
+/// keys differ in one of those almost always, and most are one letter long.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.as_bytes().first() == b.as_bytes().first() && a == b
 }
 
 impl ExtFields {
     pub fn new() -> Self {
-        ExtFields {
-            entries: Vec::new(),
-        }
+        ExtFields::default()
     }
 
     pub fn with_capacity(entries: usize) -> Self {
         ExtFields {
+            frame: Bytes::new(),
             entries: Vec::with_capacity(entries),
         }
     }
 
+    /// Entries that are ranges of `frame`; None when a range is out of bounds or not UTF-8.
+    pub(crate) fn from_frame(
+        frame: Bytes,
+        ranges: &[(std::ops::Range<usize>, std::ops::Range<usize>)],
+    ) -> Option<ExtFields> {
+        let mut ext = ExtFields {
+            frame,
+            entries: Vec::with_capacity(ranges.len()),
+        };
+        for (key, value) in ranges {
+            let (key, value) = (ext.frame_text(key)?, ext.frame_text(value)?);
+            match ext.position(ext.text(&key)) {
+                Some(index) => ext.entries[index].1 = value,
+                None => ext.entries.push((key, value)),
+            }
+        }
+        Some(ext)
+    }
+
+    fn frame_text(&self, range: &std::ops::Range<usize>) -> Option<Text> {
+        std::str::from_utf8(self.frame.get(range.clone())?).ok()?;
+        Some(Text::Frame {
+            start: u32::try_from(range.start).ok()?,
+            len: u32::try_from(range.len()).ok()?,
+        })
+    }
+
+    fn text<'a>(&'a self, text: &'a Text) -> &'a str {
+        match text {
+            Text::Own(text) => text.as_str(),
+            Text::Frame { start, len } => {
+                let (start, len) = (*start as usize, *len as usize);
+                let bytes = &self.frame[start..start + len];
+                // SAFETY: `from_frame` checked that this range of `frame` is UTF-8, and
+                // `frame` is never changed while entries point into it.
+                unsafe { std::str::from_utf8_unchecked(bytes) }
+            }
+        }
+    }
+
     fn position(&self, key: &str) -> Option<usize> {
-        self.entries.iter().position(|(k, _)| k.as_str() == key)
+        self.entries
+            .iter()
+            .position(|(k, _)| same(self.text(k), key))
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries
             .iter()
-            .find(|(k, _)| k.as_str() == key)
-            .map(|(_, v)| v.as_str())
+            .find(|(k, _)| same(self.text(k), key))
+            .map(|(_, v)| self.text(v))
     }
 
     pub fn insert(&mut self, key: impl Into<ExtText>, value: impl Into<ExtText>) {
         let key = key.into();
-        let value = value.into();
+        let value = Text::Own(value.into());
         match self.position(key.as_str()) {
             Some(index) => self.entries[index].1 = value,
-            None => self.entries.push((key, value)),
+            None => self.entries.push((Text::Own(key), value)),
         }
     }
 
@@ -114,7 +169,9 @@ impl ExtFields {
 
     pub fn remove(&mut self, key: &str) -> Option<String> {
         let index = self.position(key)?;
-        Some(self.entries.remove(index).1.as_str().to_owned())
+        let value = self.text(&self.entries[index].1).to_owned();
+        self.entries.remove(index);
+        Some(value)
     }
 
     pub fn len(&self) -> usize {
@@ -127,7 +184,9 @@ impl ExtFields {
 
     /// Entries in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.entries
+            .iter()
+            .map(|(k, v)| (self.text(k), self.text(v)))
     }
 }
 
@@ -186,11 +245,13 @@ mod tests {
     }
 
     #[test]
-    fn text_from_frame_bytes_must_be_utf8() {
-        assert_eq!(
-            ExtText::from_utf8(Bytes::from_static(b"ok")).map(|t| t.to_string()),
-            Some("ok".to_owned())
-        );
-        assert!(ExtText::from_utf8(Bytes::from_static(&[0xff, 0xfe])).is_none());
+    fn frame_entries_point_into_the_frame_and_the_last_duplicate_wins() {
+        let frame = Bytes::from_static(b"akbvavx\xff");
+        let ranges = [(0..1, 1..2), (2..3, 3..4), (4..5, 5..6)];
+        let ext = ExtFields::from_frame(frame.clone(), &ranges).expect("utf-8");
+        assert_eq!(ext.iter().collect::<Vec<_>>(), [("a", "v"), ("b", "v")]);
+        assert_eq!(ext.get("a"), Some("v"));
+        assert!(ExtFields::from_frame(frame.clone(), &[(0..1, 7..8)]).is_none());
+        assert!(ExtFields::from_frame(frame, &[(0..1, 7..9)]).is_none());
     }
 }
