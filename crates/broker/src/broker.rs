@@ -96,7 +96,7 @@ pub struct Broker {
     pub counters: Counters,
     pub started_ms: i64,
     register_now: Notify,
-    /// With sync flush, queued sends wait for the drain task (`write_queued_sends`).
+    /// With sync flush, written sends wait for the drain task's fsync (`write_queued_sends`).
     drain_wanted: Notify,
     sync_flush: bool,
     next_queue: AtomicU32,
@@ -123,15 +123,14 @@ impl Broker {
         (self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.max(1) as u32) as i32
     }
 
-    /// Writes the sends queued in the store as one group. With async flush the caller writes
-    /// them now: a page-cache write is short, and no other thread needs waking. With sync
-    /// flush the drain task does, so that the caller (a connection's reader) goes on reading
-    /// while the fsync runs, and what arrives meanwhile forms the next group.
+    /// Writes the sends queued in the store as one group, on the caller's thread: a
+    /// page-cache write is short, and no other thread needs waking. With sync flush the fsync
+    /// is left to the drain task, so that the caller (a connection's reader) goes on reading
+    /// and writing the next groups while the fsync runs.
     pub fn write_queued_sends(&self) {
+        self.store.write_queued();
         if self.sync_flush {
             self.drain_wanted.notify_one();
-        } else {
-            self.store.drain();
         }
     }
 
@@ -385,9 +384,10 @@ impl RunningBroker {
     }
 }
 
-/// With sync flush, writes and fsyncs the queued sends. It waits one turn of the scheduler
-/// first, so that every connection with input ready has queued its sends; the fdatasync then
-/// blocks only this task, while readers go on queueing the next group.
+/// With sync flush, fsyncs what the readers wrote (one fdatasync for everything written by
+/// then) and answers those sends. It waits one turn of the scheduler first, so that every
+/// connection with input ready has written its sends; the fdatasync then blocks only this
+/// task, while readers go on writing the next group.
 async fn drain_store(broker: Arc<Broker>) {
     loop {
         broker.drain_wanted.notified().await;

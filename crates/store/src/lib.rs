@@ -81,6 +81,12 @@ impl Inner {
     /// Writes everything queued unless another thread is already at it; see `Store::drain`.
     /// With sync flush, then fsyncs for what was written, unless another thread is at that.
     fn drain(&self) {
+        self.write_queued();
+        self.sync_unsynced();
+    }
+
+    /// Writes everything queued unless another thread is already at it.
+    fn write_queued(&self) {
         loop {
             let mut appender = match self.appender.try_lock() {
                 Ok(appender) => appender,
@@ -91,9 +97,14 @@ impl Inner {
             self.append_queued(&mut appender);
             drop(appender);
             if self.queue().jobs.is_empty() {
-                break;
+                return;
             }
         }
+    }
+
+    /// With sync flush: fsyncs for everything written and not yet synced, unless another
+    /// thread is at it.
+    fn sync_unsynced(&self) {
         loop {
             let syncer = match self.syncer.try_lock() {
                 Ok(syncer) => syncer,
@@ -276,9 +287,16 @@ impl Store {
     }
 
     /// Writes every queued request, unless another thread is doing so already; in that case
-    /// it returns at once and that thread writes them. Completions run here or there.
+    /// it returns at once and that thread writes them. With sync flush it then fsyncs for
+    /// what was written, unless another thread is doing that. Completions run here or there.
     pub fn drain(&self) {
         self.inner.drain();
+    }
+
+    /// Writes every queued request like `drain`, but leaves the fsync (with sync flush) to a
+    /// later `drain`, which may run on another thread meanwhile: the caller goes on at once.
+    pub fn write_queued(&self) {
+        self.inner.write_queued();
     }
 
     /// Reads up to `max_messages` / `max_bytes` (at least one message if any matches) starting

@@ -436,3 +436,40 @@ fn sync_flush_acknowledges_after_an_fsync_and_shares_fsyncs() {
     assert!(fsyncs < requests, "{fsyncs} fsyncs for {requests} requests");
     store.close().expect("close");
 }
+
+#[test]
+fn write_queued_leaves_sync_acks_to_the_next_drain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = small_config(dir.path());
+    config.segment_bytes = 1 << 20;
+    config.flush = FlushMode::Sync { timeout_ms: 5000 };
+    let (store, _) = Store::open(config).expect("open");
+    let (done_tx, done_rx) = mpsc::channel();
+    for queue_id in 0..3 {
+        let tx = done_tx.clone();
+        store.enqueue(
+            AppendRequest {
+                records: vec![simple("T", queue_id, b"queued")],
+            },
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+    }
+    store.write_queued();
+    // Written (readable) but not acknowledged: no fsync has covered them yet.
+    assert_eq!(store.bounds("T", 2).max_offset, 1);
+    assert!(done_rx.try_recv().is_err());
+    let fsyncs_before = store.commitlog_fsyncs();
+    store.drain();
+    for _ in 0..3 {
+        let outcome = done_rx.recv_timeout(WAIT).expect("ack").expect("ok");
+        assert_eq!(outcome.flush, FlushStatus::Ok);
+    }
+    assert_eq!(
+        store.commitlog_fsyncs(),
+        fsyncs_before + 1,
+        "one fsync for the three"
+    );
+    store.close().expect("close");
+}
