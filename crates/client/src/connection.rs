@@ -459,17 +459,20 @@ mod tests {
             .expect("connect")
     }
 
+    /// A call with a 30 s timeout, running in the background.
+    fn long_call(connection: &Connection) -> JoinHandle<Result<Command, ClientError>> {
+        let connection = connection.clone();
+        tokio::spawn(async move {
+            let request = Command::request(34, Encoding::RocketMq);
+            connection.call(request, Duration::from_secs(30)).await
+        })
+    }
+
     #[tokio::test]
     async fn a_short_deadline_expires_while_a_longer_one_still_waits() {
         let (addr, _close) = silent_server().await;
         let connection = connect(&addr).await;
-        let long = {
-            let connection = connection.clone();
-            tokio::spawn(async move {
-                let request = Command::request(34, Encoding::RocketMq);
-                connection.call(request, Duration::from_secs(30)).await
-            })
-        };
+        let long = long_call(&connection);
         // Let the long wait register first: the short one must wake the expiry task early.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let started = Instant::now();
@@ -496,13 +499,7 @@ mod tests {
     async fn waits_end_with_closed_when_the_server_goes_away() {
         let (addr, close) = silent_server().await;
         let connection = connect(&addr).await;
-        let waiting = {
-            let connection = connection.clone();
-            tokio::spawn(async move {
-                let request = Command::request(34, Encoding::RocketMq);
-                connection.call(request, Duration::from_secs(30)).await
-            })
-        };
+        let waiting = long_call(&connection);
         tokio::time::sleep(Duration::from_millis(50)).await;
         let _ = close.send(());
         let result = tokio::time::timeout(Duration::from_secs(10), waiting)

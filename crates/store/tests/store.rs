@@ -401,13 +401,18 @@ fn a_full_queue_answers_busy_and_close_answers_closed() {
     assert!(!dir.path().join("abort").exists());
 }
 
+/// A store with sync flush and 1 MiB segments.
+fn open_sync(dir: &std::path::Path) -> Store {
+    let mut config = small_config(dir);
+    config.segment_bytes = 1 << 20;
+    config.flush = FlushMode::Sync { timeout_ms: 5000 };
+    Store::open(config).expect("open").0
+}
+
 #[test]
 fn sync_flush_acknowledges_after_an_fsync_and_shares_fsyncs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = small_config(dir.path());
-    config.segment_bytes = 1 << 20;
-    config.flush = FlushMode::Sync { timeout_ms: 5000 };
-    let (store, _) = Store::open(config).expect("open");
+    let store = open_sync(dir.path());
     let threads = 8;
     let per_thread = 40;
     let acknowledged = Arc::new(AtomicUsize::new(0));
@@ -440,10 +445,7 @@ fn sync_flush_acknowledges_after_an_fsync_and_shares_fsyncs() {
 #[test]
 fn write_queued_leaves_sync_acks_to_the_next_drain() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = small_config(dir.path());
-    config.segment_bytes = 1 << 20;
-    config.flush = FlushMode::Sync { timeout_ms: 5000 };
-    let (store, _) = Store::open(config).expect("open");
+    let store = open_sync(dir.path());
     let (done_tx, done_rx) = mpsc::channel();
     for queue_id in 0..3 {
         let tx = done_tx.clone();
