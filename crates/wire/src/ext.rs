@@ -6,19 +6,18 @@
 //! frame's header bytes instead of allocating a string for each. Keys written by this crate's
 //! callers are usually literals, which cost nothing to store either.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use bytes::Bytes;
 
-/// UTF-8 text held as `Bytes`: a literal, a slice of a decoded frame, or an owned string.
+/// The text of an entry the program wrote: a literal (no allocation) or an owned string.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ExtText(Bytes);
+pub struct ExtText(Cow<'static, str>);
 
 impl ExtText {
     pub fn as_str(&self) -> &str {
-        // SAFETY: the only constructors are the `From` impls, which take `&str` and `String`
-        // (UTF-8 by type), and `Bytes` never changes its contents.
-        unsafe { std::str::from_utf8_unchecked(&self.0) }
+        &self.0
     }
 
     pub fn len(&self) -> usize {
@@ -32,19 +31,19 @@ impl ExtText {
 
 impl From<&'static str> for ExtText {
     fn from(text: &'static str) -> ExtText {
-        ExtText(Bytes::from_static(text.as_bytes()))
+        ExtText(Cow::Borrowed(text))
     }
 }
 
 impl From<String> for ExtText {
     fn from(text: String) -> ExtText {
-        ExtText(Bytes::from(text))
+        ExtText(Cow::Owned(text))
     }
 }
 
 impl From<&String> for ExtText {
     fn from(text: &String) -> ExtText {
-        ExtText(Bytes::copy_from_slice(text.as_bytes()))
+        ExtText(Cow::Owned(text.clone()))
     }
 }
 
@@ -91,13 +90,6 @@ fn same(a: &str, b: &str) -> bool {
 impl ExtFields {
     pub fn new() -> Self {
         ExtFields::default()
-    }
-
-    pub fn with_capacity(entries: usize) -> Self {
-        ExtFields {
-            frame: Bytes::new(),
-            entries: Vec::with_capacity(entries),
-        }
     }
 
     /// Entries that are ranges of `frame`; None when a range is out of bounds or not UTF-8.
