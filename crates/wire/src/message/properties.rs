@@ -45,11 +45,30 @@ pub fn decode_properties(raw: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Both separators are single ASCII bytes, so the scan looks for bytes: every send reads its
+/// properties several times, and `str::split` by `char` pays a comparison call per match.
 fn property_pairs(raw: &str) -> impl Iterator<Item = (&str, &str)> {
-    raw.split(PROPERTY_SEPARATOR).filter_map(|segment| {
-        let (name, value) = segment.split_once(NAME_VALUE_SEPARATOR)?;
-        (!name.is_empty() && !value.is_empty()).then_some((name, value))
+    let mut rest = raw;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = byte_position(rest, PROPERTY_SEPARATOR as u8).unwrap_or(rest.len());
+        let segment = &rest[..end];
+        rest = rest.get(end + 1..).unwrap_or("");
+        // Split at the first name/value separator; later ones belong to the value.
+        let Some(middle) = byte_position(segment, NAME_VALUE_SEPARATOR as u8) else {
+            continue;
+        };
+        let (name, value) = (&segment[..middle], &segment[middle + 1..]);
+        if !name.is_empty() && !value.is_empty() {
+            return Some((name, value));
+        }
     })
+}
+
+fn byte_position(text: &str, separator: u8) -> Option<usize> {
+    text.bytes().position(|b| b == separator)
 }
 
 /// Joins pairs as `name 0x01 value 0x02`. Pairs with an empty name or value are skipped,
