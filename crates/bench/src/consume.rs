@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder, SHARDS_MAX};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, ConsumeInterval, Counters, Goal, Summary};
+use crate::report::{progress, ConsumeInterval, Counters, Goal, MeasureStart, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ConsumeArgs};
 
@@ -169,7 +169,10 @@ async fn report_loop(
     let mut schedule = Schedule::new(start, run.warmup, run.duration, run.report_interval);
     let mut intervals = Vec::new();
     let mut last = Counters::default();
-    let mut measure_start = (start, Counters::default());
+    let mut measure_start = MeasureStart {
+        at: start,
+        counters: Counters::default(),
+    };
     let mut b2c_measured: Histogram<u64> = new_histogram();
     let mut s2c_measured: Histogram<u64> = new_histogram();
     loop {
@@ -200,23 +203,14 @@ async fn report_loop(
             let _ = b2c_measured.add(&b2c);
             let _ = s2c_measured.add(&s2c);
         } else if interval.ends_warmup {
-            measure_start = (now, counters);
+            measure_start = MeasureStart { at: now, counters };
         }
         if let Some(stop) = stopped_by {
             if stop == Stop::Interrupted {
                 println!("Interrupted.");
             }
-            let measured_s = (now - measure_start.0).as_secs_f64();
-            let total = counters.since(&measure_start.1);
-            let cpu_s = process_cpu_s() - cpu_at_start;
             let latency = Percentiles::of(&b2c_measured);
-            let summary = Summary::new(
-                measured_s,
-                total,
-                latency,
-                cpu_s,
-                (now - start).as_secs_f64(),
-            );
+            let summary = measure_start.summary(now, &counters, latency, start, cpu_at_start);
             let s2c = Percentiles::of(&s2c_measured);
             let b2c = summary.latency;
             return (intervals, summary, b2c, s2c, stop);

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, Counters, Goal, ProduceInterval, Summary};
+use crate::report::{progress, Counters, Goal, MeasureStart, ProduceInterval, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ProduceArgs};
 
@@ -414,7 +414,10 @@ async fn report_loop(
     let mut intervals = Vec::new();
     let mut last = Counters::default();
     let mut phase_start = Counters::default();
-    let mut measure_start = (start, Counters::default());
+    let mut measure_start = MeasureStart {
+        at: start,
+        counters: Counters::default(),
+    };
     let mut phase_max_ms = 0.0f64;
     let mut measured: Histogram<u64> = new_histogram();
     let mut stopped_by = None;
@@ -457,23 +460,14 @@ async fn report_loop(
             if interval.ends_warmup {
                 phase_start = counters;
                 phase_max_ms = 0.0;
-                measure_start = (now, counters);
+                measure_start = MeasureStart { at: now, counters };
             }
         } else {
             let _ = measured.add(&histogram);
         }
         if let Some(stop) = stopped_by {
-            let measured_s = (now - measure_start.0).as_secs_f64();
-            let total = counters.since(&measure_start.1);
-            let cpu_s = process_cpu_s() - cpu_at_start;
             let latency = Percentiles::of(&measured);
-            let summary = Summary::new(
-                measured_s,
-                total,
-                latency,
-                cpu_s,
-                (now - start).as_secs_f64(),
-            );
+            let summary = measure_start.summary(now, &counters, latency, start, cpu_at_start);
             if stop == Stop::Interrupted {
                 println!("Interrupted.");
             }

@@ -3,7 +3,10 @@
 
 use serde::Serialize;
 
+use tokio::time::Instant;
+
 use crate::histogram::Percentiles;
+use crate::machine::process_cpu_s;
 
 /// Cumulative counts kept by the senders or the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -158,6 +161,34 @@ pub struct Summary {
     /// CPU time of the bench process over the whole run, warm-up included.
     pub process_cpu_s: f64,
     pub process_cores: f64,
+}
+
+/// Where the measured part of a run (after warm-up) began: the instant and the counters then.
+#[derive(Clone, Copy)]
+pub struct MeasureStart {
+    pub at: Instant,
+    pub counters: Counters,
+}
+
+impl MeasureStart {
+    /// The summary at `now` of what `counters` and `latency` gathered since this start; the
+    /// process's CPU is counted from `cpu_at_start`, over the run that began at `run_start`.
+    pub fn summary(
+        &self,
+        now: Instant,
+        counters: &Counters,
+        latency: Percentiles,
+        run_start: Instant,
+        cpu_at_start: f64,
+    ) -> Summary {
+        Summary::new(
+            (now - self.at).as_secs_f64(),
+            counters.since(&self.counters),
+            latency,
+            process_cpu_s() - cpu_at_start,
+            (now - run_start).as_secs_f64(),
+        )
+    }
 }
 
 impl Summary {
