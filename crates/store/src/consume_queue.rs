@@ -3,7 +3,14 @@
 //! Entry layout (big-endian, RocketMQ's): CommitLog position i64 | record size i32 | tagsCode i64.
 //! Files hold `entries_per_file` entries and are named by their start byte offset (20 digits).
 //! Only the appender writes; readers see entries below the published `max_offset`, which the
-//! appender raises after the bytes are in the file.
+//! appender raises after the entries are written.
+//!
+//! Entries gather in memory (the queue's tail) until a page's worth is ready or the queue is
+//! flushed, and only then go to the file: a group of sends touches every queue of a topic with
+//! an entry or two each, and one write per queue per group was most of the store's system
+//! calls. Readers copy entries from the tail when they are still there. A crash loses at most
+//! the tail, which recovery rebuilds from the CommitLog past the checkpoint, and a checkpoint is
+//! written only after `flush` put the tail in the file.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -11,7 +18,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::commitlog::{open_read_write, parse_segment_name, segment_name};
 
@@ -20,6 +27,8 @@ const _: () = assert!(ENTRY_BYTES == 8 + 4 + 8);
 
 /// How many entries a backwards scan reads at once while trimming a torn tail.
 const TRIM_CHUNK_ENTRIES: u64 = 4096;
+/// The tail goes to the file once it holds this many bytes.
+const TAIL_WRITE_BYTES: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -67,6 +76,20 @@ pub struct ConsumeQueue {
     max_offset: AtomicU64,
     /// Entries below this are fsynced; only the checkpoint writer touches it.
     flushed_offset: AtomicU64,
+    tail: Mutex<Tail>,
+}
+
+/// Entries written and not yet in the file: `bytes` holds the entries from offset `first` on.
+#[derive(Default)]
+struct Tail {
+    first: u64,
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    fn end(&self) -> u64 {
+        self.first + (self.bytes.len() / ENTRY_BYTES) as u64
+    }
 }
 
 impl ConsumeQueue {
@@ -104,6 +127,7 @@ impl ConsumeQueue {
             min_offset: AtomicU64::new(0),
             max_offset: AtomicU64::new(0),
             flushed_offset: AtomicU64::new(0),
+            tail: Mutex::new(Tail::default()),
         };
         Ok(queue)
     }
@@ -128,10 +152,34 @@ impl ConsumeQueue {
         Ok(Arc::clone(files.entry(file_number).or_insert(file)))
     }
 
-    /// Writes encoded entries starting at `first_offset`: one write per file touched.
-    pub fn write_entries(&self, first_offset: u64, mut bytes: &[u8]) -> io::Result<()> {
+    fn tail(&self) -> MutexGuard<'_, Tail> {
+        self.tail.lock().expect("consume queue tail lock poisoned")
+    }
+
+    /// Adds encoded entries starting at `first_offset` to the tail, and writes the tail to the
+    /// file once it holds a page's worth. Entries continue the tail; anything else (recovery
+    /// rewriting an entry) first sends the tail to the file.
+    pub fn write_entries(&self, first_offset: u64, bytes: &[u8]) -> io::Result<()> {
         assert_eq!(bytes.len() % ENTRY_BYTES, 0, "whole entries only");
-        let mut offset = first_offset;
+        let mut tail = self.tail();
+        if !tail.bytes.is_empty() && tail.end() != first_offset {
+            self.write_out(&mut tail)?;
+        }
+        if tail.bytes.is_empty() {
+            tail.first = first_offset;
+        }
+        tail.bytes.extend_from_slice(bytes);
+        if tail.bytes.len() >= TAIL_WRITE_BYTES {
+            self.write_out(&mut tail)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the tail to the file: one write per file touched. On failure the tail keeps its
+    /// entries, so readers still find them and the next flush tries again.
+    fn write_out(&self, tail: &mut Tail) -> io::Result<()> {
+        let mut offset = tail.first;
+        let mut bytes = &tail.bytes[..];
         while !bytes.is_empty() {
             let file_number = offset / self.entries_per_file;
             let in_file = offset % self.entries_per_file;
@@ -142,6 +190,8 @@ impl ConsumeQueue {
             bytes = rest;
             offset += count as u64;
         }
+        tail.first = offset;
+        tail.bytes.clear();
         Ok(())
     }
 
@@ -149,6 +199,26 @@ impl ConsumeQueue {
     pub fn read_entries(&self, offset: u64, count: u64, out: &mut Vec<u8>) -> io::Result<()> {
         out.clear();
         out.resize(count as usize * ENTRY_BYTES, 0);
+        // Entries from the tail's first on are copied from memory; everything below it is in
+        // the file (the tail moves forward only after its write).
+        let mut from_file = count;
+        {
+            let tail = self.tail();
+            if !tail.bytes.is_empty() && offset + count > tail.first {
+                let skip = tail.first.saturating_sub(offset);
+                let start = offset.max(tail.first);
+                let end = (offset + count).min(tail.end());
+                if end > start {
+                    let source = (start - tail.first) as usize * ENTRY_BYTES
+                        ..(end - tail.first) as usize * ENTRY_BYTES;
+                    let target = skip as usize * ENTRY_BYTES
+                        ..(skip + end - start) as usize * ENTRY_BYTES;
+                    out[target].copy_from_slice(&tail.bytes[source]);
+                }
+                from_file = skip;
+            }
+        }
+        let count = from_file;
         let mut done = 0u64;
         while done < count {
             let at = offset + done;
@@ -190,9 +260,16 @@ impl ConsumeQueue {
         self.max_offset.store(max_offset, Ordering::Release);
     }
 
-    /// fsyncs the files holding entries written since the last call.
+    /// Writes the tail to the file and fsyncs the files holding entries written since the
+    /// last call.
     pub fn flush(&self) -> io::Result<()> {
         let max = self.max_offset.load(Ordering::Acquire);
+        {
+            let mut tail = self.tail();
+            if !tail.bytes.is_empty() {
+                self.write_out(&mut tail)?;
+            }
+        }
         let flushed = self.flushed_offset.load(Ordering::Acquire);
         if flushed >= max {
             return Ok(());
@@ -239,6 +316,16 @@ impl ConsumeQueue {
     /// Removes entries at `offset` and beyond (after a failed append, so that no stale entry
     /// survives to be taken for a real one by recovery).
     pub fn discard_from(&self, offset: u64) -> io::Result<()> {
+        {
+            let mut tail = self.tail();
+            if tail.end() > offset {
+                let keep = offset.saturating_sub(tail.first) as usize * ENTRY_BYTES;
+                tail.bytes.truncate(keep);
+            }
+            if tail.bytes.is_empty() {
+                tail.first = offset;
+            }
+        }
         let keep_file = offset / self.entries_per_file;
         let mut files = self.files.write().expect("consume queue lock poisoned");
         let later: Vec<u64> = files.range(keep_file + 1..).map(|(n, _)| *n).collect();
@@ -247,7 +334,11 @@ impl ConsumeQueue {
             std::fs::remove_file(self.file_path(file_number))?;
         }
         if let Some(file) = files.get(&keep_file) {
-            file.set_len((offset % self.entries_per_file) * ENTRY_BYTES as u64)?;
+            // Only ever shorter: entries below `offset` may still be in the tail.
+            let keep = (offset % self.entries_per_file) * ENTRY_BYTES as u64;
+            if file.metadata()?.len() > keep {
+                file.set_len(keep)?;
+            }
         }
         Ok(())
     }
@@ -255,6 +346,12 @@ impl ConsumeQueue {
     /// Recovery step 5: drops entries that point at or past `commitlog_end` and torn or zero
     /// entries at the tail, then sets min and max. Returns how many entries were dropped.
     pub fn trim(&self, commitlog_end: u64) -> io::Result<u64> {
+        {
+            let mut tail = self.tail();
+            if !tail.bytes.is_empty() {
+                self.write_out(&mut tail)?;
+            }
+        }
         let mut files = self.files.write().expect("consume queue lock poisoned");
         let mut dropped = 0u64;
         let mut max_offset = None;
@@ -346,6 +443,11 @@ mod tests {
         }
         q.write_entries(0, &bytes).expect("write");
         q.publish(7);
+        // Readers find entries still in the tail, and entries half in the file, half not.
+        let mut out = Vec::new();
+        q.read_entries(5, 2, &mut out).expect("read from the tail");
+        assert_eq!(Entry::decode(&out[ENTRY_BYTES..]).position, 600);
+        q.flush().expect("flush");
         assert!(dir.path().join("T/0").join(segment_name(60)).exists());
         assert!(dir.path().join("T/0").join(segment_name(120)).exists());
         let mut out = Vec::new();
@@ -356,5 +458,53 @@ mod tests {
         assert_eq!(q.trim(450).expect("trim"), 3);
         assert_eq!(q.bounds(), (0, 4));
         assert!(!dir.path().join("T/0").join(segment_name(120)).exists());
+    }
+
+    fn entry_at(i: u64) -> [u8; ENTRY_BYTES] {
+        Entry {
+            position: i * 100,
+            size: 100,
+            tags_code: i as i64,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn reads_span_the_file_and_the_tail_and_discard_cuts_both() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let q = ConsumeQueue::open(dir.path(), "T", 0, 1000).expect("open");
+        let per_write = TAIL_WRITE_BYTES / ENTRY_BYTES + 1;
+        let mut next = 0u64;
+        for _ in 0..3 {
+            let bytes: Vec<u8> = (next..next + per_write as u64).flat_map(entry_at).collect();
+            q.write_entries(next, &bytes).expect("write");
+            next += per_write as u64;
+        }
+        let bytes: Vec<u8> = (next..next + 5).flat_map(entry_at).collect();
+        q.write_entries(next, &bytes).expect("write");
+        next += 5;
+        q.publish(next);
+        let file_len = std::fs::metadata(q.path_for(0)).expect("file").len();
+        assert_eq!(file_len, 3 * per_write as u64 * ENTRY_BYTES as u64);
+        let mut out = Vec::new();
+        q.read_entries(next - 10, 10, &mut out).expect("read");
+        for (i, chunk) in out.chunks(ENTRY_BYTES).enumerate() {
+            assert_eq!(Entry::decode(chunk).tags_code, (next - 10) as i64 + i as i64);
+        }
+        // A failed group's entries go, whether in the tail or in the file.
+        q.discard_from(next - 2).expect("discard in the tail");
+        q.publish(next - 2);
+        q.read_entries(next - 3, 1, &mut out).expect("read");
+        assert_eq!(Entry::decode(&out).tags_code, (next - 3) as i64);
+        q.discard_from(10).expect("discard in the file");
+        q.publish(10);
+        q.flush().expect("flush");
+        let file_len = std::fs::metadata(q.path_for(0)).expect("file").len();
+        assert_eq!(file_len, 10 * ENTRY_BYTES as u64);
+        let bytes: Vec<u8> = (10..12).flat_map(entry_at).collect();
+        q.write_entries(10, &bytes).expect("write after discard");
+        q.publish(12);
+        q.read_entries(9, 3, &mut out).expect("read");
+        assert_eq!(Entry::decode(&out[2 * ENTRY_BYTES..]).tags_code, 11);
     }
 }

@@ -79,6 +79,8 @@ fn expired_segments_go_with_their_consume_queue_and_index_files() {
     let root = dir.path();
     let (store, _) = Store::open(config(root)).expect("open");
     fill(&store, 200);
+    // ConsumeQueue entries reach their files at the latest when the store is flushed.
+    store.flush().expect("flush");
     let segments_before = count_files(&root.join("commitlog"));
     let queue_files_before = count_files(&root.join("consumequeue"));
     let index_files_before = count_files(&root.join("index"));
