@@ -70,10 +70,12 @@ pub fn parse_levels(text: &str) -> Result<Vec<u64>, &'static str> {
 
 /// The DELAY level a message asks for, clamped to the highest level; None for no delay.
 pub fn requested_level(properties: &str, levels: &[u64]) -> Option<usize> {
-    let level: i64 = find_property(properties, property::DELAY)?
-        .trim()
-        .parse()
-        .ok()?;
+    level_of(find_property(properties, property::DELAY), levels)
+}
+
+/// The level a DELAY value asks for, clamped to the highest level; None for no delay.
+pub fn level_of(delay: Option<&str>, levels: &[u64]) -> Option<usize> {
+    let level: i64 = delay?.trim().parse().ok()?;
     (level > 0).then(|| (level as usize).min(levels.len()))
 }
 

@@ -40,18 +40,21 @@ pub fn tags_code_of(properties: &str) -> i64 {
 
 /// The index keys of a message: the words of KEYS and its UNIQ_KEY.
 pub fn index_keys(properties: &str) -> Vec<String> {
-    let mut keys: Vec<String> = find_property(properties, property::KEYS)
-        .map(|k| {
-            k.split(' ')
-                .filter(|w| !w.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(uniq) = find_property(properties, property::UNIQ_KEY) {
-        keys.push(uniq.to_string());
+    keys_of(
+        find_property(properties, property::KEYS),
+        find_property(properties, property::UNIQ_KEY),
+    )
+}
+
+/// The index keys for a KEYS value and a UNIQ_KEY.
+pub fn keys_of(keys: Option<&str>, uniq_key: Option<&str>) -> Vec<String> {
+    let words = keys.map_or(0, |k| k.split(' ').filter(|w| !w.is_empty()).count());
+    let mut out = Vec::with_capacity(words + usize::from(uniq_key.is_some()));
+    if let Some(keys) = keys {
+        out.extend(keys.split(' ').filter(|w| !w.is_empty()).map(String::from));
     }
-    keys
+    out.extend(uniq_key.map(String::from));
+    out
 }
 
 /// A store record for `message`, indexed by its keys and filtered by its tag.
@@ -60,6 +63,15 @@ pub fn record_of(message: &StoredMessage) -> Result<Record, String> {
 }
 
 pub fn record_with_tags_code(message: &StoredMessage, tags_code: i64) -> Result<Record, String> {
+    record_with(message, tags_code, index_keys(&message.properties))
+}
+
+/// A store record for `message` with its tag code and index keys already worked out.
+pub fn record_with(
+    message: &StoredMessage,
+    tags_code: i64,
+    keys: Vec<String>,
+) -> Result<Record, String> {
     let queue_id = u32::try_from(message.queue_id)
         .map_err(|_| format!("queue id {} is negative", message.queue_id))?;
     let mut bytes = Vec::with_capacity(message.encoded_len());
@@ -68,7 +80,7 @@ pub fn record_with_tags_code(message: &StoredMessage, tags_code: i64) -> Result<
         topic: message.topic.clone(),
         queue_id,
         tags_code,
-        keys: index_keys(&message.properties),
+        keys,
         store_timestamp_ms: message.store_timestamp,
         bytes,
     })

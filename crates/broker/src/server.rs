@@ -113,6 +113,11 @@ async fn serve_connection(
         }
         // The sends of one read were only queued (see handler::send): one group for them all.
         broker.write_queued_sends();
+        // Let the writer send this read's answers before the next read is handled: woken from
+        // here it waits in this worker's next-task slot, where no other worker can take it,
+        // until this task yields, and reading on while more input is ready would hold the
+        // answers back and merge the client's next requests into one ever larger round.
+        tokio::task::yield_now().await;
         match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
             Ok(Ok(0)) | Err(_) => break Ok(()),
             Ok(Ok(_)) => {}

@@ -211,8 +211,8 @@ impl ConsumeQueue {
                 if end > start {
                     let source = (start - tail.first) as usize * ENTRY_BYTES
                         ..(end - tail.first) as usize * ENTRY_BYTES;
-                    let target = skip as usize * ENTRY_BYTES
-                        ..(skip + end - start) as usize * ENTRY_BYTES;
+                    let target =
+                        skip as usize * ENTRY_BYTES..(skip + end - start) as usize * ENTRY_BYTES;
                     out[target].copy_from_slice(&tail.bytes[source]);
                 }
                 from_file = skip;
@@ -489,7 +489,10 @@ mod tests {
         let mut out = Vec::new();
         q.read_entries(next - 10, 10, &mut out).expect("read");
         for (i, chunk) in out.chunks(ENTRY_BYTES).enumerate() {
-            assert_eq!(Entry::decode(chunk).tags_code, (next - 10) as i64 + i as i64);
+            assert_eq!(
+                Entry::decode(chunk).tags_code,
+                (next - 10) as i64 + i as i64
+            );
         }
         // A failed group's entries go, whether in the tail or in the file.
         q.discard_from(next - 2).expect("discard in the tail");

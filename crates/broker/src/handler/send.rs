@@ -9,7 +9,7 @@ use quiver_store::{AppendError, AppendOutcome, AppendRequest, FlushStatus, Recor
 use quiver_wire::batch::decode_batch;
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHeader};
-use quiver_wire::message::{find_property, offset_msg_id, property, StoredMessage};
+use quiver_wire::message::{offset_msg_id, property, tags_code, SendProperties, StoredMessage};
 use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
@@ -24,6 +24,9 @@ use crate::{delay, requeue};
 
 /// Properties are stored with a signed 16-bit length.
 const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
+/// Room for a generated UNIQ_KEY property (32 hex digits and the name), so adding it and
+/// CLUSTER to a copy of the properties does not reallocate.
+const UNIQ_KEY_BYTES_MAX: usize = 48;
 
 pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
     let prepared = match prepare(broker, &request, responder.connection()) {
@@ -219,7 +222,9 @@ impl RecordBuilder<'_> {
         raw_properties: &str,
         flag: i32,
     ) -> Result<(Record, String), Refusal> {
-        let (properties, uniq_key) = self.stored_properties(raw_properties);
+        // Adding UNIQ_KEY and CLUSTER or dropping POP_CK changes none of the values read here.
+        let found = SendProperties::scan(raw_properties);
+        let (properties, uniq_key) = self.stored_properties(raw_properties, &found);
         if properties.len() > PROPERTIES_BYTES_MAX {
             let remark = format!(
                 "message properties of {} bytes exceed {PROPERTIES_BYTES_MAX}",
@@ -227,7 +232,8 @@ impl RecordBuilder<'_> {
             );
             return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
         }
-        let tags = requeue::tags_code_of(&properties);
+        let tags = found.tags.map_or(0, tags_code);
+        let keys = requeue::keys_of(found.keys, Some(&uniq_key));
         let mut message = StoredMessage {
             queue_id: self.queue_id,
             flag,
@@ -246,17 +252,18 @@ impl RecordBuilder<'_> {
         };
         // A delayed message waits in its level's schedule queue; its tag code is the due time.
         let levels = &self.broker.config.delay_levels_ms;
-        let tags = match delay::requested_level(&message.properties, levels) {
+        let tags = match delay::level_of(found.delay, levels) {
             Some(level) => delay::schedule(&mut message, level, levels),
             None => tags,
         };
-        let record = requeue::record_with_tags_code(&message, tags)
+        let record = requeue::record_with(&message, tags, keys)
             .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e))?;
         Ok((record, uniq_key))
     }
 
-    fn stored_properties(&self, raw: &str) -> (String, String) {
-        let mut properties = if find_property(raw, property::POP_CK).is_some() {
+    fn stored_properties(&self, raw: &str, found: &SendProperties<'_>) -> (String, String) {
+        let extra = UNIQ_KEY_BYTES_MAX + self.broker.config.cluster_name.len() + 32;
+        let mut properties = if found.pop_ck {
             let kept = quiver_wire::message::decode_properties(raw);
             quiver_wire::message::encode_properties(
                 kept.iter()
@@ -264,12 +271,14 @@ impl RecordBuilder<'_> {
                     .map(|(k, v)| (k.as_str(), v.as_str())),
             )
         } else {
-            raw.to_string()
+            let mut copy = String::with_capacity(raw.len() + extra);
+            copy.push_str(raw);
+            copy
         };
         if !properties.is_empty() && !properties.ends_with('\u{2}') {
             properties.push('\u{2}');
         }
-        let uniq_key = match find_property(&properties, property::UNIQ_KEY) {
+        let uniq_key = match found.uniq_key {
             Some(existing) => existing.to_string(),
             None => {
                 let generated = self.broker.new_uniq_id();
@@ -277,7 +286,7 @@ impl RecordBuilder<'_> {
                 generated
             }
         };
-        if find_property(&properties, property::CLUSTER).is_none() {
+        if found.cluster.is_none() {
             push_property(
                 &mut properties,
                 property::CLUSTER,

@@ -1,6 +1,6 @@
 //! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and their response.
 
-use super::HeaderError;
+use super::{ExtValue, HeaderError};
 use crate::frame::ExtFields;
 
 /// The send request header. Code 10 uses the Java field names; 310/320 carry the same data
@@ -74,20 +74,37 @@ impl SendMessageHeader {
         pick: fn((&'static str, &'static str)) -> &'static str,
     ) -> Result<Self, HeaderError> {
         let key = |index: usize| pick(KEYS[index]);
+        // One pass over the entries instead of one search per field: every send reads this.
+        let short = key(0) == KEYS[0].1;
+        let mut raw: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
+        for (name, value) in ext.iter() {
+            let index = if short {
+                match name.as_bytes() {
+                    [letter @ b'a'..=b'm'] => Some(usize::from(letter - b'a')),
+                    _ => None,
+                }
+            } else {
+                KEYS.iter().position(|&pair| pick(pair) == name)
+            };
+            if let Some(index) = index {
+                raw[index] = Some(value);
+            }
+        }
+        let field = |index: usize| (key(index), raw[index]);
         Ok(SendMessageHeader {
-            producer_group: ext.required(key(0))?,
-            topic: ext.required(key(1))?,
-            default_topic: ext.required(key(2))?,
-            default_topic_queue_nums: ext.required(key(3))?,
-            queue_id: ext.required(key(4))?,
-            sys_flag: ext.required(key(5))?,
-            born_timestamp: ext.required(key(6))?,
-            flag: ext.required(key(7))?,
-            properties: ext.or_default(key(8), String::new())?,
-            reconsume_times: ext.or_default(key(9), 0)?,
-            unit_mode: ext.or_default(key(10), false)?,
-            max_reconsume_times: ext.optional(key(11))?,
-            batch: ext.or_default(key(12), false)?,
+            producer_group: required(field(0))?,
+            topic: required(field(1))?,
+            default_topic: required(field(2))?,
+            default_topic_queue_nums: required(field(3))?,
+            queue_id: required(field(4))?,
+            sys_flag: required(field(5))?,
+            born_timestamp: required(field(6))?,
+            flag: required(field(7))?,
+            properties: optional(field(8))?.unwrap_or_default(),
+            reconsume_times: optional(field(9))?.unwrap_or(0),
+            unit_mode: optional(field(10))?.unwrap_or(false),
+            max_reconsume_times: optional(field(11))?,
+            batch: optional(field(12))?.unwrap_or(false),
         })
     }
 
@@ -112,6 +129,16 @@ impl SendMessageHeader {
         ext.put(key(12), &self.batch);
         ext
     }
+}
+
+fn required<T: ExtValue>((field, raw): (&'static str, Option<&str>)) -> Result<T, HeaderError> {
+    T::parse_ext(field, raw.ok_or(HeaderError::Missing(field))?)
+}
+
+fn optional<T: ExtValue>(
+    (field, raw): (&'static str, Option<&str>),
+) -> Result<Option<T>, HeaderError> {
+    raw.map(|raw| T::parse_ext(field, raw)).transpose()
 }
 
 /// SendMessageResponseHeader. The Java client reads these unconditionally, so every "sent"

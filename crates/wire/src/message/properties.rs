@@ -95,6 +95,36 @@ pub fn find_property<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, value)| value)
 }
 
+/// The properties a broker reads on every send, found in one pass over the string (a send
+/// used to scan it once per property). The last occurrence wins, as in `find_property`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendProperties<'a> {
+    pub tags: Option<&'a str>,
+    pub keys: Option<&'a str>,
+    pub uniq_key: Option<&'a str>,
+    pub cluster: Option<&'a str>,
+    pub delay: Option<&'a str>,
+    pub pop_ck: bool,
+}
+
+impl<'a> SendProperties<'a> {
+    pub fn scan(raw: &'a str) -> SendProperties<'a> {
+        let mut found = SendProperties::default();
+        for (name, value) in property_pairs(raw) {
+            match name {
+                property::TAGS => found.tags = Some(value),
+                property::KEYS => found.keys = Some(value),
+                property::UNIQ_KEY => found.uniq_key = Some(value),
+                property::CLUSTER => found.cluster = Some(value),
+                property::DELAY => found.delay = Some(value),
+                property::POP_CK => found.pop_ck = true,
+                _ => {}
+            }
+        }
+        found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +146,24 @@ mod tests {
             encode_properties([("K", "v"), ("", "x"), ("E", "")]),
             "K\u{1}v\u{2}"
         );
+    }
+
+    #[test]
+    fn one_scan_finds_what_find_property_finds() {
+        let raw = "TAGS\u{1}a\u{2}KEYS\u{1}k1 k2\u{2}UNIQ_KEY\u{1}U\u{2}DELAY\u{1}\u{2}\
+                   TAGS\u{1}b\u{2}POP_CK\u{1}x\u{2}CLUSTER\u{1}C\u{2}DELAY\u{1}3\u{2}";
+        let found = SendProperties::scan(raw);
+        for (name, value) in [
+            (property::TAGS, found.tags),
+            (property::KEYS, found.keys),
+            (property::UNIQ_KEY, found.uniq_key),
+            (property::CLUSTER, found.cluster),
+            (property::DELAY, found.delay),
+        ] {
+            assert_eq!(value, find_property(raw, name), "{name}");
+        }
+        assert_eq!(found.tags, Some("b"));
+        assert!(found.pop_ck);
+        assert_eq!(SendProperties::scan(""), SendProperties::default());
     }
 }
