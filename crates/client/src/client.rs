@@ -151,6 +151,15 @@ impl Client {
 
     /// The shared connection to `addr`, opened on first use and reopened after it closed.
     pub async fn connection(&self, addr: &str) -> Result<Connection, ClientError> {
+        // Every request passes here: an open connection is cloned under the map's lock, without
+        // a handle on its slot or a trip through the slot's initialisation.
+        if let Some(connection) = locked(&self.inner.connections)
+            .get(addr)
+            .and_then(|slot| slot.get())
+            .filter(|connection| !connection.is_closed())
+        {
+            return Ok(connection.clone());
+        }
         loop {
             let slot = {
                 let mut connections = locked(&self.inner.connections);

@@ -6,6 +6,7 @@
 //! frame into one socket write, so many concurrent callers cost few system calls.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -62,10 +63,32 @@ pub struct ServerRequest {
 /// under the same lock, so no caller can register after the final drain.
 #[derive(Default)]
 struct Pending {
-    waiters: HashMap<i32, Waiter>,
+    waiters: HashMap<i32, Waiter, BuildHasherDefault<OpaqueHasher>>,
     /// When the expiry task will look next; None while it waits for a first waiter.
     next_expiry: Option<Instant>,
     closed: bool,
+}
+
+/// Hashes an opaque with one multiplication: opaques are counters this side hands out, so
+/// nobody can pick them to collide, and the default hasher cost more than the rest of a lookup.
+#[derive(Default)]
+struct OpaqueHasher(u64);
+
+impl Hasher for OpaqueHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8 | u64::from(*byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, value: i32) {
+        // Fibonacci hashing spreads consecutive values over the table's high bits.
+        self.0 = u64::from(value as u32).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 /// A caller waiting for a response. Past its deadline the expiry task drops the sender, which
@@ -110,15 +133,19 @@ fn lock(pending: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Removes the caller's waiter if it gives up (timeout or its future is dropped).
+/// Removes the caller's waiter if it gives up (timeout or its future is dropped). Once the
+/// response came, the reader has removed it already and the guard is disarmed.
 struct WaiterGuard<'a> {
     pending: &'a Mutex<Pending>,
     opaque: i32,
+    armed: bool,
 }
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        lock(self.pending).waiters.remove(&self.opaque);
+        if self.armed {
+            lock(self.pending).waiters.remove(&self.opaque);
+        }
     }
 }
 
@@ -231,9 +258,10 @@ impl Connection {
                 self.shared.expiry.notify_one();
             }
         }
-        let _guard = WaiterGuard {
+        let mut guard = WaiterGuard {
             pending: &self.shared.pending,
             opaque,
+            armed: true,
         };
         // The writer's queue is rarely full: skip the timer when there is room.
         match self.shared.outgoing.try_send(frame) {
@@ -248,7 +276,11 @@ impl Connection {
             }
         }
         match receiver.await {
-            Ok(response) => Ok(response),
+            Ok(response) => {
+                // The reader took the waiter out of the map before sending.
+                guard.armed = false;
+                Ok(response)
+            }
             // The expiry task dropped the waiter, or the connection ended.
             Err(_) if Instant::now() >= deadline => Err(timed_out()),
             Err(_) => Err(self.closed()),
