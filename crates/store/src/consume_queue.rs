@@ -276,10 +276,17 @@ impl ConsumeQueue {
         }
         let first_file = flushed / self.entries_per_file;
         let last_file = (max - 1) / self.entries_per_file;
-        for file_number in first_file..=last_file {
-            if let Some(file) = self.file(file_number) {
-                file.sync_data()?;
-            }
+        // The files that exist in the range, not every number in it: a damaged record can
+        // leave an entry at an absurd offset, and counting up to it would never end.
+        let files: Vec<Arc<File>> = self
+            .files
+            .read()
+            .expect("consume queue lock poisoned")
+            .range(first_file..=last_file)
+            .map(|(_, file)| Arc::clone(file))
+            .collect();
+        for file in files {
+            file.sync_data()?;
         }
         self.flushed_offset.store(max, Ordering::Release);
         Ok(())
