@@ -205,16 +205,25 @@ impl ConsumeQueue {
         {
             let tail = self.tail();
             if !tail.bytes.is_empty() && offset + count > tail.first {
+                if offset + count > tail.end() {
+                    // As a read past a file's end would: never zeros taken for entries.
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "entries {offset}..{} asked, written up to {}",
+                            offset + count,
+                            tail.end()
+                        ),
+                    ));
+                }
                 let skip = tail.first.saturating_sub(offset);
                 let start = offset.max(tail.first);
-                let end = (offset + count).min(tail.end());
-                if end > start {
-                    let source = (start - tail.first) as usize * ENTRY_BYTES
-                        ..(end - tail.first) as usize * ENTRY_BYTES;
-                    let target =
-                        skip as usize * ENTRY_BYTES..(skip + end - start) as usize * ENTRY_BYTES;
-                    out[target].copy_from_slice(&tail.bytes[source]);
-                }
+                let end = offset + count;
+                let source = (start - tail.first) as usize * ENTRY_BYTES
+                    ..(end - tail.first) as usize * ENTRY_BYTES;
+                let target =
+                    skip as usize * ENTRY_BYTES..(skip + end - start) as usize * ENTRY_BYTES;
+                out[target].copy_from_slice(&tail.bytes[source]);
                 from_file = skip;
             }
         }
@@ -501,6 +510,10 @@ mod tests {
                 (next - 10) as i64 + i as i64
             );
         }
+        assert!(
+            q.read_entries(next - 1, 2, &mut out).is_err(),
+            "past the tail"
+        );
         // A failed group's entries go, whether in the tail or in the file.
         q.discard_from(next - 2).expect("discard in the tail");
         q.publish(next - 2);
