@@ -48,13 +48,12 @@ pub fn index_keys(properties: &str) -> Vec<String> {
 
 /// The index keys for a KEYS value and a UNIQ_KEY.
 pub fn keys_of(keys: Option<&str>, uniq_key: Option<&str>) -> Vec<String> {
-    let words = keys.map_or(0, |k| k.split(' ').filter(|w| !w.is_empty()).count());
-    let mut out = Vec::with_capacity(words + usize::from(uniq_key.is_some()));
-    if let Some(keys) = keys {
-        out.extend(keys.split(' ').filter(|w| !w.is_empty()).map(String::from));
-    }
-    out.extend(uniq_key.map(String::from));
-    out
+    let words = keys.into_iter().flat_map(|k| k.split(' '));
+    words
+        .filter(|w| !w.is_empty())
+        .chain(uniq_key)
+        .map(String::from)
+        .collect()
 }
 
 /// A store record for `message`, indexed by its keys and filtered by its tag.

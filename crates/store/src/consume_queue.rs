@@ -175,8 +175,9 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// Writes the tail to the file: one write per file touched. On failure the tail keeps its
-    /// entries, so readers still find them and the next flush tries again.
+    /// Writes the tail to the file (nothing when it is empty): one write per file touched. On
+    /// failure the tail keeps its entries, so readers still find them and the next flush tries
+    /// again.
     fn write_out(&self, tail: &mut Tail) -> io::Result<()> {
         let mut offset = tail.first;
         let mut bytes = &tail.bytes[..];
@@ -273,12 +274,7 @@ impl ConsumeQueue {
     /// last call.
     pub fn flush(&self) -> io::Result<()> {
         let max = self.max_offset.load(Ordering::Acquire);
-        {
-            let mut tail = self.tail();
-            if !tail.bytes.is_empty() {
-                self.write_out(&mut tail)?;
-            }
-        }
+        self.write_out(&mut self.tail())?;
         let flushed = self.flushed_offset.load(Ordering::Acquire);
         if flushed >= max {
             return Ok(());
@@ -362,12 +358,7 @@ impl ConsumeQueue {
     /// Recovery step 5: drops entries that point at or past `commitlog_end` and torn or zero
     /// entries at the tail, then sets min and max. Returns how many entries were dropped.
     pub fn trim(&self, commitlog_end: u64) -> io::Result<u64> {
-        {
-            let mut tail = self.tail();
-            if !tail.bytes.is_empty() {
-                self.write_out(&mut tail)?;
-            }
-        }
+        self.write_out(&mut self.tail())?;
         let mut files = self.files.write().expect("consume queue lock poisoned");
         let mut dropped = 0u64;
         let mut max_offset = None;

@@ -45,11 +45,11 @@ const KEYS: [(&str, &str); 13] = [
 
 impl SendMessageHeader {
     pub fn from_v1(ext: &ExtFields) -> Result<Self, HeaderError> {
-        Self::read(ext, |(long, _)| long)
+        Self::read(ext, false)
     }
 
     pub fn from_v2(ext: &ExtFields) -> Result<Self, HeaderError> {
-        Self::read(ext, |(_, short)| short)
+        Self::read(ext, true)
     }
 
     /// Picks the key set by what is present: V2 requests have `b` (topic) and no `topic`.
@@ -69,13 +69,17 @@ impl SendMessageHeader {
         self.write(|(_, short)| short)
     }
 
-    fn read(
-        ext: &ExtFields,
-        pick: fn((&'static str, &'static str)) -> &'static str,
-    ) -> Result<Self, HeaderError> {
-        let key = |index: usize| pick(KEYS[index]);
+    /// `short`: the one-letter keys of V2 (310/320), else the Java field names (10).
+    fn read(ext: &ExtFields, short: bool) -> Result<Self, HeaderError> {
+        let key = |index: usize| {
+            let (long, letter) = KEYS[index];
+            if short {
+                letter
+            } else {
+                long
+            }
+        };
         // One pass over the entries instead of one search per field: every send reads this.
-        let short = key(0) == KEYS[0].1;
         let mut raw: [Option<&str>; KEYS.len()] = [None; KEYS.len()];
         for (name, value) in ext.iter() {
             let index = if short {
@@ -84,7 +88,7 @@ impl SendMessageHeader {
                     _ => None,
                 }
             } else {
-                KEYS.iter().position(|&pair| pick(pair) == name)
+                KEYS.iter().position(|(long, _)| *long == name)
             };
             if let Some(index) = index {
                 raw[index] = Some(value);
