@@ -23,6 +23,10 @@ const IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Frames gathered into one write: enough to batch many small responses, small enough that a
 /// slow reader does not make us hold much.
 const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
+/// Free space offered to a read: it starts small, so idle connections hold little, and doubles
+/// while reads fill it, so that a client with many requests in flight has them read at once.
+const READ_SPACE_MIN: usize = 16 * 1024;
+const READ_SPACE_MAX: usize = 256 * 1024;
 
 pub async fn serve(
     listener: TcpListener,
@@ -75,7 +79,8 @@ async fn serve_connection(
     let in_flight = Arc::new(Semaphore::new(
         broker.config.requests_in_flight_per_connection_max,
     ));
-    let mut input = BytesMut::with_capacity(64 * 1024);
+    let mut input = BytesMut::with_capacity(READ_SPACE_MIN);
+    let mut read_space = READ_SPACE_MIN;
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
     let result = loop {
         loop {
@@ -118,9 +123,19 @@ async fn serve_connection(
         // until this task yields, and reading on while more input is ready would hold the
         // answers back and merge the client's next requests into one ever larger round.
         tokio::task::yield_now().await;
+        if input.capacity() - input.len() < read_space {
+            input.reserve(read_space);
+        }
+        let offered = input.capacity() - input.len();
         match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
             Ok(Ok(0)) | Err(_) => break Ok(()),
-            Ok(Ok(_)) => {}
+            Ok(Ok(read)) => {
+                read_space = if read == offered {
+                    (read_space * 2).min(READ_SPACE_MAX)
+                } else {
+                    READ_SPACE_MIN.max(read_space / 2)
+                };
+            }
             Ok(Err(error)) => break Err(error),
         }
     };
