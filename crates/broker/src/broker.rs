@@ -103,8 +103,9 @@ pub struct Broker {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// Not a `source`: the message already holds the store's, and `{:#}` would print it twice.
     #[error("cannot open the store: {0}")]
-    Store(#[from] OpenError),
+    Store(OpenError),
     #[error(transparent)]
     Topics(#[from] TopicError),
     #[error("cannot read consumer offsets: {0}")]
@@ -113,6 +114,12 @@ pub enum StartError {
     DelayOffsets(String),
     #[error("cannot listen on {addr}: {message}")]
     Bind { addr: SocketAddr, message: String },
+}
+
+impl From<OpenError> for StartError {
+    fn from(error: OpenError) -> StartError {
+        StartError::Store(error)
+    }
 }
 
 impl Broker {

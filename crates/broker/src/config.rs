@@ -251,7 +251,8 @@ impl BrokerConfig {
                 "storeCheckpoint" => self.store_checkpoint = Some(field.path()?),
                 "abortFile" => self.store_abort = Some(field.path()?),
                 "mapedFileSizeCommitLog" | "mappedFileSizeCommitLog" => {
-                    self.commitlog_segment_bytes = field.number(4096, 64 * 1024 * 1024 * 1024)?
+                    // Offsets within a segment are i32 on the wire and in the ConsumeQueue.
+                    self.commitlog_segment_bytes = field.number(4096, i32::MAX as u64)?
                 }
                 "mapedFileSizeConsumeQueue" | "mappedFileSizeConsumeQueue" => {
                     // A byte size in RocketMQ, rounded up to whole 20-byte entries.
@@ -429,5 +430,14 @@ mod tests {
         assert!(error.to_string().contains("0 to 65535"), "{error}");
         let error = config.apply_properties("just words").unwrap_err();
         assert!(error.to_string().contains("key=value"), "{error}");
+        // The store cannot address a segment past i32::MAX: refused here, by key and line.
+        let error = config
+            .apply_properties("mappedFileSizeCommitLog=4294967296")
+            .unwrap_err();
+        assert_eq!(error.key, "mappedFileSizeCommitLog");
+        assert!(error.to_string().contains("2147483647"), "{error}");
+        config
+            .apply_properties("mappedFileSizeCommitLog=2147483647")
+            .expect("the largest segment the store takes");
     }
 }
