@@ -14,7 +14,7 @@ use crate::commitlog::Segments;
 use crate::consume_queue::{ConsumeQueue, Entry};
 use crate::index::{Index, KeyEntry};
 use crate::prealloc::Preallocation;
-use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, RECORD_BYTES_MIN};
+use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN};
 use crate::shared::{BadRange, QueueMap, Shared};
 use crate::types::{OpenError, RecoveryReport, StoreConfig};
 
@@ -351,13 +351,30 @@ impl Scan<'_> {
                         });
                         break;
                     }
-                    Step::Invalid(_) if is_last => {
-                        file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
-                        self.report.truncated_bytes += length - at;
-                        end = base + at;
-                        break;
-                    }
                     Step::Invalid(reason) => {
+                        // Damage with good records after it is not a torn tail: the records
+                        // after it are served (and kept), only the damaged bytes are not.
+                        let next = self
+                            .next_valid(&mut reader, base, at)
+                            .map_err(|e| OpenError::io(&path, &e))?;
+                        if let Some(next) = next {
+                            self.report.problems.push(format!(
+                                "{}: invalid record at byte {at}: {reason}; bytes {at} to {next} are not served",
+                                path.display()
+                            ));
+                            self.bad_ranges.push(BadRange {
+                                start: base + at,
+                                end: base + next,
+                            });
+                            at = next;
+                            continue;
+                        }
+                        if is_last {
+                            file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
+                            self.report.truncated_bytes += length - at;
+                            end = base + at;
+                            break;
+                        }
                         self.report.problems.push(format!(
                             "{}: invalid record at byte {at}: {reason}; the rest of the segment is not served",
                             path.display()
@@ -383,59 +400,17 @@ impl Scan<'_> {
             .map_err(|e| OpenError::io(&path, &e))
     }
 
-    /// Validates the record at `at` and re-dispatches it.
+    /// Re-dispatches the record at `at` if it is valid.
     fn step(&mut self, reader: &mut SegmentReader, base: u64, at: u64) -> io::Result<Step> {
-        let segment_bytes = self.config.segment_bytes;
-        if reader.length - at < BLANK_BYTES {
-            return Ok(Step::Invalid("torn header".to_string()));
-        }
-        let head = reader.get(at, BLANK_BYTES as usize)?;
-        if head.iter().all(|b| *b == 0) {
-            return Ok(Step::Zeros);
-        }
-        let total = record::read_i32(head, 0).unwrap_or(-1);
-        let magic = record::read_i32(head, 4).unwrap_or(0);
-        if magic == MAGIC_BLANK {
-            return Ok(if total as i64 == (segment_bytes - at) as i64 {
-                Step::Blank
-            } else {
-                Step::Invalid(format!("end marker of {total} bytes at byte {at}"))
-            });
-        }
-        if !record::is_record_magic(magic) {
-            return Ok(Step::Invalid(format!("bad MAGIC {magic:#x}")));
-        }
-        if total < RECORD_BYTES_MIN as i32 || total as u32 > self.config.record_bytes_max {
-            return Ok(Step::Invalid(format!("bad TOTALSIZE {total}")));
-        }
-        let total = total as u64;
-        if at + total + BLANK_BYTES > segment_bytes {
-            return Ok(Step::Invalid(
-                "record leaves no room for the end marker".to_string(),
-            ));
-        }
-        if at + total > reader.length {
-            return Ok(Step::Invalid("torn record".to_string()));
-        }
+        let total = match self.check(reader, base, at)? {
+            Ok(total) => total,
+            Err(step) => return Ok(step),
+        };
         let bytes = reader.get(at, total as usize)?;
         let view = match record::parse(bytes) {
             Ok(view) => view,
             Err(e) => return Ok(Step::Invalid(e.to_string())),
         };
-        if !view.body_crc_matches() {
-            return Ok(Step::Invalid("BODYCRC mismatch".to_string()));
-        }
-        if view.physical_offset != (base + at) as i64 {
-            return Ok(Step::Invalid(format!(
-                "PHYSICALOFFSET {} != position",
-                view.physical_offset
-            )));
-        }
-        if view.queue_id < 0 || view.queue_offset < 0 || !valid_topic(view.topic) {
-            return Ok(Step::Invalid(
-                "bad queue id, queue offset or topic".to_string(),
-            ));
-        }
         let position = base + at;
         let entry = Entry {
             position,
@@ -464,6 +439,102 @@ impl Scan<'_> {
             self.keys.clear();
         }
         Ok(Step::Record(total))
+    }
+
+    /// The first position after `at` in this segment where a valid record starts. A record
+    /// holds its own position (PHYSICALOFFSET), so only positions whose bytes name themselves
+    /// are checked in full; a stray match must still pass every check, the body CRC included.
+    fn next_valid(
+        &self,
+        reader: &mut SegmentReader,
+        base: u64,
+        at: u64,
+    ) -> io::Result<Option<u64>> {
+        const ANCHOR_END: usize = PHYSICAL_OFFSET_AT + 8;
+        let mut from = at + 1;
+        while reader.length.saturating_sub(from) >= RECORD_BYTES_MIN as u64 {
+            let n = (reader.length - from).min(SCAN_READ_BYTES as u64) as usize;
+            let window = reader.get(from, n)?;
+            let candidate = window.windows(ANCHOR_END).enumerate().find_map(|(i, w)| {
+                let position = base + from + i as u64;
+                (w[PHYSICAL_OFFSET_AT..] == position.to_be_bytes()).then_some(from + i as u64)
+            });
+            match candidate {
+                Some(position) => {
+                    if self.check(reader, base, position)?.is_ok() {
+                        return Ok(Some(position));
+                    }
+                    from = position + 1;
+                }
+                // The last ANCHOR_END - 1 bytes start windows that did not fit: look again.
+                None if n >= ANCHOR_END => from += (n - ANCHOR_END + 1) as u64,
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// The size of the valid record at `at`, or what is there instead. Reads, never writes.
+    fn check(
+        &self,
+        reader: &mut SegmentReader,
+        base: u64,
+        at: u64,
+    ) -> io::Result<Result<u64, Step>> {
+        let segment_bytes = self.config.segment_bytes;
+        if reader.length - at < BLANK_BYTES {
+            return Ok(Err(Step::Invalid("torn header".to_string())));
+        }
+        let head = reader.get(at, BLANK_BYTES as usize)?;
+        if head.iter().all(|b| *b == 0) {
+            return Ok(Err(Step::Zeros));
+        }
+        let total = record::read_i32(head, 0).unwrap_or(-1);
+        let magic = record::read_i32(head, 4).unwrap_or(0);
+        if magic == MAGIC_BLANK {
+            return Ok(if total as i64 == (segment_bytes - at) as i64 {
+                Err(Step::Blank)
+            } else {
+                Err(Step::Invalid(format!(
+                    "end marker of {total} bytes at byte {at}"
+                )))
+            });
+        }
+        if !record::is_record_magic(magic) {
+            return Ok(Err(Step::Invalid(format!("bad MAGIC {magic:#x}"))));
+        }
+        if total < RECORD_BYTES_MIN as i32 || total as u32 > self.config.record_bytes_max {
+            return Ok(Err(Step::Invalid(format!("bad TOTALSIZE {total}"))));
+        }
+        let total = total as u64;
+        if at + total + BLANK_BYTES > segment_bytes {
+            return Ok(Err(Step::Invalid(
+                "record leaves no room for the end marker".to_string(),
+            )));
+        }
+        if at + total > reader.length {
+            return Ok(Err(Step::Invalid("torn record".to_string())));
+        }
+        let bytes = reader.get(at, total as usize)?;
+        let view = match record::parse(bytes) {
+            Ok(view) => view,
+            Err(e) => return Ok(Err(Step::Invalid(e.to_string()))),
+        };
+        if !view.body_crc_matches() {
+            return Ok(Err(Step::Invalid("BODYCRC mismatch".to_string())));
+        }
+        if view.physical_offset != (base + at) as i64 {
+            return Ok(Err(Step::Invalid(format!(
+                "PHYSICALOFFSET {} != position",
+                view.physical_offset
+            ))));
+        }
+        if view.queue_id < 0 || view.queue_offset < 0 || !valid_topic(view.topic) {
+            return Ok(Err(Step::Invalid(
+                "bad queue id, queue offset or topic".to_string(),
+            )));
+        }
+        Ok(Ok(total))
     }
 
     fn flush_keys(&mut self) -> Result<(), OpenError> {

@@ -195,9 +195,28 @@ fn a_bit_flip_before_the_last_segment_is_reported_and_not_served() {
         store.read_record(at.position),
         Err(ReadError::Corrupt { .. })
     ));
-    // Records after the flip in the same segment are not served either; the rest are.
+    // Only the damaged record is not served: those after it in the same segment are.
     let served: Vec<Vec<u8>> = read_queue(&store, victim.queue_id);
     assert!(!served.contains(&stored(victim, at.queue_offset, at.position)));
+    let (next, next_at) = &written[2];
+    assert_eq!(next_at.position, at.position + u64::from(at.size));
+    assert!(report.problems[0].contains(&format!("to {}", next_at.position)));
+    assert!(read_queue(&store, next.queue_id).contains(&stored(
+        next,
+        next_at.queue_offset,
+        next_at.position
+    )));
+    let everything_else: Vec<_> = written
+        .iter()
+        .filter(|(_, a)| a.position != at.position)
+        .cloned()
+        .collect();
+    for (r, a) in &everything_else {
+        assert_eq!(
+            store.read_record(a.position).expect("undamaged record"),
+            stored(r, a.queue_offset, a.position)
+        );
+    }
     let later = written
         .iter()
         .find(|(r, a)| r.queue_id == 0 && a.position >= 4096)
@@ -212,6 +231,71 @@ fn a_bit_flip_before_the_last_segment_is_reported_and_not_served() {
         store.read_record(0).expect("first record"),
         stored(&written[0].0, 0, 0)
     );
+}
+
+#[test]
+fn a_bit_flip_inside_the_last_segment_is_not_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 40);
+    drop(store);
+    // A record in the middle of the last segment, with records after it in that segment.
+    let segment = last_segment(dir.path());
+    let base: u64 = segment
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .expect("segment name");
+    let in_last: Vec<_> = written.iter().filter(|(_, a)| a.position >= base).collect();
+    assert!(
+        in_last.len() >= 3,
+        "{} records in the last segment",
+        in_last.len()
+    );
+    let (victim, at) = in_last[in_last.len() / 2];
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes[(at.position - base) as usize + 90] ^= 0x01;
+    std::fs::write(&segment, &bytes).expect("write");
+    // Without a checkpoint (a crash before the first one) the whole log is scanned.
+    let _ = std::fs::remove_file(dir.path().join("checkpoint"));
+
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.truncated_bytes, 0, "{:?}", report.problems);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains(&format!("byte {}", at.position - base)),
+        "{:?}",
+        report.problems
+    );
+    assert!(matches!(
+        store.read_record(at.position),
+        Err(ReadError::Corrupt { .. })
+    ));
+    assert!(!read_queue(&store, victim.queue_id).contains(&stored(
+        victim,
+        at.queue_offset,
+        at.position
+    )));
+    let kept: Vec<_> = written
+        .iter()
+        .filter(|(_, a)| a.position != at.position)
+        .cloned()
+        .collect();
+    for queue_id in 0..3u32 {
+        let expected: Vec<Vec<u8>> = kept
+            .iter()
+            .filter(|(r, _)| r.queue_id == queue_id)
+            .map(|(r, a)| stored(r, a.queue_offset, a.position))
+            .collect();
+        assert_eq!(read_queue(&store, queue_id), expected, "queue {queue_id}");
+    }
+    // Appends go on after the last record, not after the damage.
+    let (last, last_at) = written.last().expect("records");
+    let again = append(&store, vec![simple("T", last.queue_id, b"again")])
+        .expect("append")
+        .entries[0];
+    assert_eq!(again.position, last_at.position + u64::from(last_at.size));
+    assert_eq!(again.queue_offset, last_at.queue_offset + 1);
 }
 
 #[test]
