@@ -133,8 +133,9 @@ impl ConsumeQueue {
     }
 
     fn file_path(&self, file_number: u64) -> PathBuf {
+        // Saturating: a name for an error message about an impossible offset must not panic.
         self.dir.join(segment_name(
-            file_number * self.entries_per_file * ENTRY_BYTES as u64,
+            file_number.saturating_mul(self.entries_per_file * ENTRY_BYTES as u64),
         ))
     }
 

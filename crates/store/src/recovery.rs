@@ -534,6 +534,14 @@ impl Scan<'_> {
                 "bad queue id, queue offset or topic".to_string(),
             )));
         }
+        // Each lower offset of the queue is a record stored before this one, and the body CRC
+        // does not cover the header: a flipped high bit here would move the queue's end.
+        if view.queue_offset as u64 > (base + at) / RECORD_BYTES_MIN as u64 {
+            return Ok(Err(Step::Invalid(format!(
+                "QUEUEOFFSET {} is more than the records that fit before it",
+                view.queue_offset
+            ))));
+        }
         Ok(Ok(total))
     }
 

@@ -299,6 +299,43 @@ fn a_bit_flip_inside_the_last_segment_is_not_a_torn_tail() {
 }
 
 #[test]
+fn an_impossible_queue_offset_is_damage_not_a_new_queue_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 40);
+    drop(store);
+    // The body CRC does not cover the header: set a high bit of one record's QUEUEOFFSET.
+    let (victim, at) = &written[30];
+    let segment = dir
+        .path()
+        .join("commitlog")
+        .join(format!("{:020}", at.position / 4096 * 4096));
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes[(at.position % 4096) as usize + 20] ^= 0x40;
+    std::fs::write(&segment, &bytes).expect("write");
+    let _ = std::fs::remove_file(dir.path().join("checkpoint"));
+
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("QUEUEOFFSET"),
+        "{:?}",
+        report.problems
+    );
+    let expected_max = written
+        .iter()
+        .filter(|(r, _)| r.queue_id == victim.queue_id)
+        .count() as u64;
+    assert_eq!(store.bounds("T", victim.queue_id).max_offset, expected_max);
+    let kept: Vec<Vec<u8>> = written
+        .iter()
+        .filter(|(r, a)| r.queue_id == victim.queue_id && a.position != at.position)
+        .map(|(r, a)| stored(r, a.queue_offset, a.position))
+        .collect();
+    assert_eq!(read_queue(&store, victim.queue_id), kept);
+}
+
+#[test]
 fn consume_queues_and_index_are_rebuilt_from_the_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, _) = Store::open(small_config(dir.path())).expect("open");
