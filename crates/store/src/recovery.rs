@@ -341,14 +341,10 @@ impl Scan<'_> {
                         break;
                     }
                     Step::Zeros => {
-                        self.report.problems.push(format!(
-                            "{}: zero bytes instead of a record at byte {at}; the rest of the segment is not served",
-                            path.display()
-                        ));
-                        self.bad_ranges.push(BadRange {
-                            start: base + at,
-                            end: base + segment_bytes,
-                        });
+                        self.not_served(
+                            format!("{}: zero bytes instead of a record at byte {at}; the rest of the segment is not served", path.display()),
+                            base + at..base + segment_bytes,
+                        );
                         break;
                     }
                     Step::Invalid(reason) => {
@@ -358,14 +354,10 @@ impl Scan<'_> {
                             .next_valid(&mut reader, base, at)
                             .map_err(|e| OpenError::io(&path, &e))?;
                         if let Some(next) = next {
-                            self.report.problems.push(format!(
-                                "{}: invalid record at byte {at}: {reason}; bytes {at} to {next} are not served",
-                                path.display()
-                            ));
-                            self.bad_ranges.push(BadRange {
-                                start: base + at,
-                                end: base + next,
-                            });
+                            self.not_served(
+                                format!("{}: invalid record at byte {at}: {reason}; bytes {at} to {next} are not served", path.display()),
+                                base + at..base + next,
+                            );
                             at = next;
                             continue;
                         }
@@ -375,14 +367,10 @@ impl Scan<'_> {
                             end = base + at;
                             break;
                         }
-                        self.report.problems.push(format!(
-                            "{}: invalid record at byte {at}: {reason}; the rest of the segment is not served",
-                            path.display()
-                        ));
-                        self.bad_ranges.push(BadRange {
-                            start: base + at,
-                            end: base + segment_bytes,
-                        });
+                        self.not_served(
+                            format!("{}: invalid record at byte {at}: {reason}; the rest of the segment is not served", path.display()),
+                            base + at..base + segment_bytes,
+                        );
                         break;
                     }
                 }
@@ -398,6 +386,15 @@ impl Scan<'_> {
         file.metadata()
             .map(|m| m.len())
             .map_err(|e| OpenError::io(&path, &e))
+    }
+
+    /// Reports damage and keeps reads out of `range` (absolute positions).
+    fn not_served(&mut self, problem: String, range: std::ops::Range<u64>) {
+        self.report.problems.push(problem);
+        self.bad_ranges.push(BadRange {
+            start: range.start,
+            end: range.end,
+        });
     }
 
     /// Re-dispatches the record at `at` if it is valid.
