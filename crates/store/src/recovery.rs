@@ -322,10 +322,34 @@ impl Scan<'_> {
                     }
                     break;
                 }
-                match self
+                let step = self
                     .step(&mut reader, base, at)
-                    .map_err(|e| OpenError::io(&path, &e))?
-                {
+                    .map_err(|e| OpenError::io(&path, &e))?;
+                let damage = match &step {
+                    Step::Zeros => Some(format!("zero bytes instead of a record at byte {at}")),
+                    Step::Invalid(reason) => Some(format!("invalid record at byte {at}: {reason}")),
+                    Step::Record(_) | Step::Blank => None,
+                };
+                if let Some(damage) = &damage {
+                    // Damage with good records after it (a page lost or a bit flipped) is
+                    // neither a torn tail nor the end of the segment: the records after it are
+                    // served and kept, only the damaged bytes are not.
+                    let next = self
+                        .next_valid(&mut reader, base, at)
+                        .map_err(|e| OpenError::io(&path, &e))?;
+                    if let Some(next) = next {
+                        self.not_served(
+                            format!(
+                                "{}: {damage}; bytes {at} to {next} are not served",
+                                path.display()
+                            ),
+                            base + at..base + next,
+                        );
+                        at = next;
+                        continue;
+                    }
+                }
+                match step {
                     Step::Record(size) => at += size,
                     Step::Blank => {
                         end = base + segment_bytes;
@@ -340,35 +364,19 @@ impl Scan<'_> {
                         end = base + at;
                         break;
                     }
-                    Step::Zeros => {
-                        self.not_served(
-                            format!("{}: zero bytes instead of a record at byte {at}; the rest of the segment is not served", path.display()),
-                            base + at..base + segment_bytes,
-                        );
+                    Step::Invalid(_) if is_last => {
+                        file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
+                        self.report.truncated_bytes += length - at;
+                        end = base + at;
                         break;
                     }
-                    Step::Invalid(reason) => {
-                        // Damage with good records after it is not a torn tail: the records
-                        // after it are served (and kept), only the damaged bytes are not.
-                        let next = self
-                            .next_valid(&mut reader, base, at)
-                            .map_err(|e| OpenError::io(&path, &e))?;
-                        if let Some(next) = next {
-                            self.not_served(
-                                format!("{}: invalid record at byte {at}: {reason}; bytes {at} to {next} are not served", path.display()),
-                                base + at..base + next,
-                            );
-                            at = next;
-                            continue;
-                        }
-                        if is_last {
-                            file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
-                            self.report.truncated_bytes += length - at;
-                            end = base + at;
-                            break;
-                        }
+                    Step::Zeros | Step::Invalid(_) => {
                         self.not_served(
-                            format!("{}: invalid record at byte {at}: {reason}; the rest of the segment is not served", path.display()),
+                            format!(
+                                "{}: {}; the rest of the segment is not served",
+                                path.display(),
+                                damage.unwrap_or_default()
+                            ),
                             base + at..base + segment_bytes,
                         );
                         break;
@@ -452,6 +460,12 @@ impl Scan<'_> {
         while reader.length.saturating_sub(from) >= RECORD_BYTES_MIN as u64 {
             let n = (reader.length - from).min(SCAN_READ_BYTES as u64) as usize;
             let window = reader.get(from, n)?;
+            // No position past 0 is all zero bytes: space zero-filled ahead of the appender
+            // is passed over without looking at each position.
+            if n >= ANCHOR_END && window.iter().all(|b| *b == 0) {
+                from += (n - ANCHOR_END + 1) as u64;
+                continue;
+            }
             let candidate = window.windows(ANCHOR_END).enumerate().find_map(|(i, w)| {
                 let position = base + from + i as u64;
                 (w[PHYSICAL_OFFSET_AT..] == position.to_be_bytes()).then_some(from + i as u64)

@@ -271,6 +271,39 @@ fn a_bit_flip_inside_the_last_segment_is_not_a_torn_tail() {
 }
 
 #[test]
+fn a_lost_page_inside_the_last_segment_costs_only_its_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 40);
+    drop(store);
+    // Zeros where one record was (a write the disk never made), records after it intact.
+    let segment = last_segment(dir.path());
+    let base = written.last().expect("records").1.position / 4096 * 4096;
+    let in_last: Vec<_> = written.iter().filter(|(_, a)| a.position >= base).collect();
+    assert!(
+        in_last.len() >= 3,
+        "{} records in the last segment",
+        in_last.len()
+    );
+    let at = &in_last[1].1;
+    let mut bytes = std::fs::read(&segment).expect("read");
+    let from = (at.position - base) as usize;
+    bytes[from..from + at.size as usize].fill(0);
+    std::fs::write(&segment, &bytes).expect("write");
+    let _ = std::fs::remove_file(dir.path().join("checkpoint"));
+
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.truncated_bytes, 0, "{:?}", report.problems);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("zero bytes"),
+        "{:?}",
+        report.problems
+    );
+    assert_all_but_one_served(&store, &written, at.position);
+}
+
+#[test]
 fn an_impossible_queue_offset_is_damage_not_a_new_queue_end() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, _) = Store::open(small_config(dir.path())).expect("open");
