@@ -226,41 +226,52 @@ fn a_bit_flip_before_the_last_segment_is_reported_and_not_served() {
     );
 }
 
-#[test]
-fn a_bit_flip_inside_the_last_segment_is_not_a_torn_tail() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+/// Writes 40 records, hands the bytes of one record in the middle of the last segment (with
+/// records after it there) to `damage`, and reopens as after a crash before any checkpoint.
+/// Checks that only that record is lost; returns the store, the records written and the one
+/// problem recovery reported.
+fn reopen_after_damage_in_the_last_segment(
+    dir: &Path,
+    damage: impl Fn(&mut [u8]),
+) -> (Store, Vec<(Record, Appended)>, String) {
+    let (store, _) = Store::open(small_config(dir)).expect("open");
     let written = fill(&store, 40);
     drop(store);
-    // A record in the middle of the last segment, with records after it in that segment.
-    let segment = last_segment(dir.path());
-    let base: u64 = segment
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.parse().ok())
-        .expect("segment name");
+    let segment = last_segment(dir);
+    let base = written.last().expect("records").1.position / 4096 * 4096;
     let in_last: Vec<_> = written.iter().filter(|(_, a)| a.position >= base).collect();
     assert!(
         in_last.len() >= 3,
         "{} records in the last segment",
         in_last.len()
     );
-    let at = &in_last[in_last.len() / 2].1;
+    let at = in_last[in_last.len() / 2].1;
     let mut bytes = std::fs::read(&segment).expect("read");
-    bytes[(at.position - base) as usize + 90] ^= 0x01;
+    let from = (at.position - base) as usize;
+    damage(&mut bytes[from..from + at.size as usize]);
     std::fs::write(&segment, &bytes).expect("write");
-    // Without a checkpoint (a crash before the first one) the whole log is scanned.
-    let _ = std::fs::remove_file(dir.path().join("checkpoint"));
+    let _ = std::fs::remove_file(dir.join("checkpoint"));
 
-    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    let (store, report) = Store::open(small_config(dir)).expect("reopen");
     assert_eq!(report.truncated_bytes, 0, "{:?}", report.problems);
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    let in_segment = at.position - base;
     assert!(
-        report.problems[0].contains(&format!("byte {}", at.position - base)),
+        report.problems[0].contains(&format!("byte {in_segment}")),
         "{:?}",
         report.problems
     );
     assert_all_but_one_served(&store, &written, at.position);
+    let problem = report.problems[0].clone();
+    (store, written, problem)
+}
+
+#[test]
+fn a_bit_flip_inside_the_last_segment_is_not_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, written, problem) =
+        reopen_after_damage_in_the_last_segment(dir.path(), |record| record[90] ^= 0x01);
+    assert!(problem.contains("BODYCRC"), "{problem}");
     // Appends go on after the last record, not after the damage.
     let (last, last_at) = written.last().expect("records");
     let again = append(&store, vec![simple("T", last.queue_id, b"again")])
@@ -272,35 +283,11 @@ fn a_bit_flip_inside_the_last_segment_is_not_a_torn_tail() {
 
 #[test]
 fn a_lost_page_inside_the_last_segment_costs_only_its_records() {
+    // Zeros where one record was: a write the disk never made.
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, _) = Store::open(small_config(dir.path())).expect("open");
-    let written = fill(&store, 40);
-    drop(store);
-    // Zeros where one record was (a write the disk never made), records after it intact.
-    let segment = last_segment(dir.path());
-    let base = written.last().expect("records").1.position / 4096 * 4096;
-    let in_last: Vec<_> = written.iter().filter(|(_, a)| a.position >= base).collect();
-    assert!(
-        in_last.len() >= 3,
-        "{} records in the last segment",
-        in_last.len()
-    );
-    let at = &in_last[1].1;
-    let mut bytes = std::fs::read(&segment).expect("read");
-    let from = (at.position - base) as usize;
-    bytes[from..from + at.size as usize].fill(0);
-    std::fs::write(&segment, &bytes).expect("write");
-    let _ = std::fs::remove_file(dir.path().join("checkpoint"));
-
-    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
-    assert_eq!(report.truncated_bytes, 0, "{:?}", report.problems);
-    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
-    assert!(
-        report.problems[0].contains("zero bytes"),
-        "{:?}",
-        report.problems
-    );
-    assert_all_but_one_served(&store, &written, at.position);
+    let (_, _, problem) =
+        reopen_after_damage_in_the_last_segment(dir.path(), |record| record.fill(0));
+    assert!(problem.contains("zero bytes"), "{problem}");
 }
 
 #[test]
