@@ -95,12 +95,18 @@ pub fn read(path: &Path) -> io::Result<Option<Result<Checkpoint, CheckpointError
 }
 
 pub fn write(path: &Path, checkpoint: &Checkpoint) -> io::Result<()> {
+    replace_file(path, &checkpoint.encode())
+}
+
+/// Replaces the file at `path` with `bytes` so that a crash leaves the old or the new content:
+/// written to `<path>.tmp`, fsynced, renamed over, directory fsynced.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(".tmp");
     let tmp = Path::new(&tmp_name);
     {
         let mut file = File::create(tmp)?;
-        file.write_all(&checkpoint.encode())?;
+        file.write_all(bytes)?;
         file.sync_all()?;
     }
     std::fs::rename(tmp, path)?;

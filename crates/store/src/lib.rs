@@ -9,6 +9,7 @@ mod appender;
 mod checkpoint;
 mod commitlog;
 mod consume_queue;
+mod damaged;
 mod flusher;
 mod index;
 mod index_file;

@@ -1,6 +1,7 @@
 //! Recovery at open: find the valid end of the CommitLog, rebuild ConsumeQueue and index
 //! entries past the checkpoint, trim ConsumeQueues to the log, write a fresh checkpoint.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -12,6 +13,7 @@ use crate::appender::valid_topic;
 use crate::checkpoint::{self, Checkpoint};
 use crate::commitlog::Segments;
 use crate::consume_queue::{ConsumeQueue, Entry};
+use crate::damaged;
 use crate::index::{Index, KeyEntry};
 use crate::prealloc::Preallocation;
 use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN};
@@ -22,6 +24,9 @@ use crate::types::{OpenError, RecoveryReport, StoreConfig};
 const SCAN_READ_BYTES: usize = 4 * 1024 * 1024;
 /// Index entries handed to the index at once during re-dispatch.
 const KEY_BATCH: usize = 4096;
+/// Positions that name themselves but fail a record check, after which the search for the
+/// next valid record gives up (as if none followed): bounds recovery's work on a crafted file.
+const CANDIDATES_REFUSED_MAX: u32 = 4096;
 
 /// What the appender starts from.
 pub struct AppendStart {
@@ -110,6 +115,8 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         config.index_entries_max,
         &mut report.problems,
     )?;
+    let damaged_before = damaged::load(&config.damaged_path, &mut report.problems)
+        .map_err(|e| OpenError::io(&config.damaged_path, &e))?;
     let start = checkpoint.map_or(0, |c| c.dispatched_flushed_position);
     let mut scan = Scan {
         config: &config,
@@ -119,9 +126,10 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         report: &mut report,
         keys: Vec::new(),
         bad_ranges: Vec::new(),
+        queue_next: HashMap::new(),
     };
     let end = scan.run(start)?;
-    let bad_ranges = std::mem::take(&mut scan.bad_ranges);
+    let found = std::mem::take(&mut scan.bad_ranges);
     report.commitlog_end = end;
     for queue in queues
         .read()
@@ -154,6 +162,15 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         },
     };
     let min_position = segments.first_base().unwrap_or(end);
+    // Durable before the checkpoint below moves the next scan's start past the damage.
+    let bad_ranges = damaged::normalize(
+        damaged_before.iter().copied().chain(found).collect(),
+        min_position,
+    );
+    if bad_ranges != damaged_before {
+        damaged::store(&config.damaged_path, &bad_ranges)
+            .map_err(|e| OpenError::io(&config.damaged_path, &e))?;
+    }
     let preallocation = Preallocation::new(
         append_start.segment_base,
         append_start.segment_file.clone(),
@@ -242,6 +259,16 @@ impl SegmentReader<'_> {
         let from = (at - self.buf_start) as usize;
         Ok(&self.buf[from..from + n])
     }
+
+    /// How many bytes from `at` on are already buffered (0 when `at` is outside the buffer).
+    fn buffered_from(&self, at: u64) -> usize {
+        let buf_end = self.buf_start + self.buf.len() as u64;
+        if self.buf_start <= at && at < buf_end {
+            (buf_end - at) as usize
+        } else {
+            0
+        }
+    }
 }
 
 /// Whether every byte from `at` to the end of the segment is zero.
@@ -272,6 +299,9 @@ struct Scan<'a> {
     report: &'a mut RecoveryReport,
     keys: Vec<KeyEntry>,
     bad_ranges: Vec<BadRange>,
+    /// Per topic and queue: one past the QUEUEOFFSET of the last record re-dispatched. A
+    /// queue's records lie in the log in offset order, so a record below this is damaged.
+    queue_next: HashMap<String, HashMap<u32, u64>>,
 }
 
 impl Scan<'_> {
@@ -315,10 +345,16 @@ impl Scan<'_> {
                     if is_last {
                         end = base + at;
                     } else {
-                        self.report.problems.push(format!(
-                            "{}: segment ends at byte {at} without an end marker",
-                            path.display()
-                        ));
+                        // The file lost its tail (a crash between the ConsumeQueue's write and
+                        // the file's growth reaching the disk, or a cut): entries pointing there
+                        // must not be read as records.
+                        self.not_served(
+                            format!(
+                                "{}: segment ends at byte {at} without an end marker",
+                                path.display()
+                            ),
+                            base + at..base + segment_bytes,
+                        );
                     }
                     break;
                 }
@@ -429,6 +465,10 @@ impl Scan<'_> {
             view.queue_id as u32,
         )?;
         queue.write_entries(view.queue_offset as u64, &entry.encode())?;
+        self.queue_next
+            .entry(view.topic.to_string())
+            .or_default()
+            .insert(view.queue_id as u32, view.queue_offset as u64 + 1);
         let mut keys = std::mem::take(&mut self.keys);
         view.for_each_key(|key| {
             keys.push(KeyEntry {
@@ -457,8 +497,17 @@ impl Scan<'_> {
     ) -> io::Result<Option<u64>> {
         const ANCHOR_END: usize = PHYSICAL_OFFSET_AT + 8;
         let mut from = at + 1;
+        let mut refused = 0;
         while reader.length.saturating_sub(from) >= RECORD_BYTES_MIN as u64 {
-            let n = (reader.length - from).min(SCAN_READ_BYTES as u64) as usize;
+            // Search what is buffered before reading on: after a refused candidate the search
+            // resumes one byte later, and reading a fresh window there each time would read
+            // the segment once per candidate.
+            let buffered = reader.buffered_from(from);
+            let n = if buffered >= ANCHOR_END {
+                buffered
+            } else {
+                (reader.length - from).min(SCAN_READ_BYTES as u64) as usize
+            };
             let window = reader.get(from, n)?;
             // No position past 0 is all zero bytes: space zero-filled ahead of the appender
             // is passed over without looking at each position.
@@ -474,6 +523,12 @@ impl Scan<'_> {
                 Some(position) => {
                     if self.check(reader, base, position)?.is_ok() {
                         return Ok(Some(position));
+                    }
+                    // Each refusal may have checked a body CRC over up to record_bytes_max
+                    // bytes; only a file made to look like records everywhere gets here often.
+                    refused += 1;
+                    if refused == CANDIDATES_REFUSED_MAX {
+                        return Ok(None);
                     }
                     from = position + 1;
                 }
@@ -552,6 +607,21 @@ impl Scan<'_> {
                 "QUEUEOFFSET {} is more than the records that fit before it",
                 view.queue_offset
             ))));
+        }
+        // A lower QUEUEOFFSET (or another queue's) would overwrite the ConsumeQueue entry of
+        // an intact record stored earlier.
+        let next = self
+            .queue_next
+            .get(view.topic)
+            .and_then(|queues| queues.get(&(view.queue_id as u32)));
+        if let Some(&next) = next {
+            if (view.queue_offset as u64) < next {
+                return Ok(Err(Step::Invalid(format!(
+                    "QUEUEOFFSET {} is not after an earlier record's {} in its queue",
+                    view.queue_offset,
+                    next - 1
+                ))));
+            }
         }
         Ok(Ok(total))
     }

@@ -10,6 +10,8 @@ pub struct StoreConfig {
     pub index_dir: PathBuf,
     pub checkpoint_path: PathBuf,
     pub abort_path: PathBuf,
+    /// CommitLog ranges found damaged, kept out of reads across restarts (`damaged.rs`).
+    pub damaged_path: PathBuf,
     /// Size of one CommitLog segment (RocketMQ: 1 GiB).
     pub segment_bytes: u64,
     /// Entries per ConsumeQueue file (RocketMQ: 300,000 entries = 6,000,000 bytes).
@@ -38,6 +40,7 @@ impl StoreConfig {
             index_dir: root.join("index"),
             checkpoint_path: root.join("checkpoint"),
             abort_path: root.join("abort"),
+            damaged_path: root.join("damaged"),
             segment_bytes: 1 << 30,
             consume_queue_entries_per_file: 300_000,
             flush: FlushMode::default(),

@@ -224,6 +224,63 @@ fn a_bit_flip_before_the_last_segment_is_reported_and_not_served() {
         store.read_record(0).expect("first record"),
         stored(&written[0].0, 0, 0)
     );
+
+    // The checkpoint written since starts the next scan past the damage: the damage must
+    // still not be served after a clean restart.
+    store.close().expect("close");
+    drop(store);
+    let (store, report) = Store::open(small_config(dir.path())).expect("open again");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_all_but_one_served(&store, &written, at.position);
+}
+
+#[test]
+fn a_segment_before_the_last_that_lost_its_tail_is_not_served_past_its_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 60);
+    store.close().expect("close");
+    drop(store);
+    // Cut the first segment at the start of one of its records, as a crash can leave it when
+    // the file's growth did not reach the disk but ConsumeQueue entries for it did.
+    let in_first: Vec<_> = written.iter().filter(|(_, a)| a.position < 4096).collect();
+    assert!(
+        in_first.len() >= 4,
+        "{} records in segment 0",
+        in_first.len()
+    );
+    let cut = in_first[in_first.len() / 2].1.position;
+    let segment = dir.path().join("commitlog").join(format!("{:020}", 0));
+    OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .and_then(|f| f.set_len(cut))
+        .expect("cut");
+    std::fs::remove_file(dir.path().join("checkpoint")).expect("remove checkpoint");
+
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains(&format!("ends at byte {cut}")),
+        "{:?}",
+        report.problems
+    );
+    let kept: Vec<_> = written
+        .iter()
+        .filter(|(_, a)| a.position < cut || a.position >= 4096)
+        .cloned()
+        .collect();
+    assert!(kept.len() < written.len());
+    assert_all_readable(&store, &kept);
+    let lost = in_first.last().expect("a lost record").1.position;
+    assert!(matches!(
+        store.read_record(lost),
+        Err(ReadError::Corrupt { .. })
+    ));
+    store.close().expect("close");
+    drop(store);
+    let (store, _) = Store::open(small_config(dir.path())).expect("open again");
+    assert_all_readable(&store, &kept);
 }
 
 /// Writes 40 records, hands the bytes of one record in the middle of the last segment (with
@@ -288,6 +345,16 @@ fn a_lost_page_inside_the_last_segment_costs_only_its_records() {
     let (_, _, problem) =
         reopen_after_damage_in_the_last_segment(dir.path(), |record| record.fill(0));
     assert!(problem.contains("zero bytes"), "{problem}");
+}
+
+#[test]
+fn a_lowered_queue_offset_does_not_take_an_earlier_records_place() {
+    // The body CRC does not cover the header: a QUEUEOFFSET flipped down to 0 would overwrite
+    // the ConsumeQueue entry of its queue's first record, stored earlier and intact.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, _, problem) =
+        reopen_after_damage_in_the_last_segment(dir.path(), |record| record[20..28].fill(0));
+    assert!(problem.contains("QUEUEOFFSET 0 is not after"), "{problem}");
 }
 
 #[test]
