@@ -64,6 +64,16 @@ impl Segments {
             }
         }
         bases.sort_unstable();
+        // Positions travel as i64 (PHYSICALOFFSET, commit log offsets on the wire).
+        if let Some(&last) = bases.last() {
+            if last > i64::MAX as u64 - segment_bytes {
+                return Err(OpenError::Corrupt {
+                    path: dir.join(segment_name(last)).display().to_string(),
+                    position: 0,
+                    reason: "segment name is past the largest CommitLog position".to_string(),
+                });
+            }
+        }
         let mut files = BTreeMap::new();
         for (i, base) in bases.iter().enumerate() {
             let path = dir.join(segment_name(*base));

@@ -410,3 +410,20 @@ fn consume_queues_and_index_are_rebuilt_from_the_log() {
         1
     );
 }
+
+#[test]
+fn a_segment_named_past_the_largest_position_is_refused_not_a_panic() {
+    // The only segment: nothing before it to be out of sequence with.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("commitlog")).expect("mkdir");
+    std::fs::write(dir.path().join("commitlog").join(u64::MAX.to_string()), b"").expect("write");
+    let error = Store::open(small_config(dir.path()))
+        .err()
+        .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("past the largest CommitLog position"),
+        "{error}"
+    );
+}
