@@ -299,8 +299,11 @@ impl ConsumeQueue {
     }
 
     /// Retention: raises the min offset to the first entry at or past `min_position` and
-    /// deletes the files whose entries all lie below it. Returns how many files it deleted.
-    /// Entries point at increasing positions, so a binary search finds the new min offset.
+    /// deletes the files whose entries all lie below it, except the last one (as RocketMQ
+    /// does): a queue with no file would reopen with its offsets back at 0, and the next
+    /// append would reuse offsets consumers have already committed past. Returns how many
+    /// files it deleted. Entries point at increasing positions, so a binary search finds the
+    /// new min offset.
     pub fn drop_below(&self, min_position: u64) -> io::Result<usize> {
         let (mut low, mut high) = self.bounds();
         while low < high {
@@ -314,10 +317,11 @@ impl ConsumeQueue {
         self.min_offset.fetch_max(low, Ordering::AcqRel);
         let min_offset = self.min_offset.load(Ordering::Acquire);
         let mut files = self.files.write().expect("consume queue lock poisoned");
+        let last = files.keys().next_back().copied();
         let doomed: Vec<u64> = files
             .keys()
             .copied()
-            .filter(|n| (n + 1) * self.entries_per_file <= min_offset)
+            .filter(|n| (n + 1) * self.entries_per_file <= min_offset && Some(*n) != last)
             .collect();
         for file_number in &doomed {
             files.remove(file_number);

@@ -56,8 +56,16 @@ pub fn delete_expired(
 ) -> Result<RetentionReport, RetentionError> {
     let bases = shared.segments.bases();
     let mut doomed = Vec::new();
-    // The last segment is the appender's.
-    for &base in bases.iter().take(bases.len().saturating_sub(1)) {
+    // Only segments wholly below the published written position are sealed: the appender
+    // lists the next segment before the group that rolled into it is published, and rolls
+    // back to the previous one if that group fails (a full disk, exactly when retention runs
+    // at once).
+    let written = shared.written_position.load(Ordering::Acquire);
+    let sealed = bases
+        .iter()
+        .take(bases.len().saturating_sub(1))
+        .filter(|&&base| base + shared.config.segment_bytes <= written);
+    for &base in sealed {
         let path = shared.segments.path(base);
         let expired = at_once
             || modified_ms(&path)

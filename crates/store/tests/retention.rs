@@ -208,3 +208,38 @@ fn config_capped(root: &Path) -> StoreConfig {
     config.commitlog_bytes_max = 4 * 4096;
     config
 }
+
+#[test]
+fn a_queue_whose_every_entry_expired_keeps_its_offsets_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let entries_per_file = config(root).consume_queue_entries_per_file;
+    let (store, _) = Store::open(config(root)).expect("open");
+    // Exactly one ConsumeQueue file of queue A/0, then enough of another topic to seal the
+    // segments A/0's records are in.
+    for i in 0..entries_per_file {
+        append(&store, vec![simple("A", 0, format!("a{i}").as_bytes())]).expect("append");
+    }
+    for _ in 0..60 {
+        append(&store, vec![simple("B", 0, &[b'b'; 200])]).expect("append");
+    }
+    store.flush().expect("flush");
+    store.delete_expired(now_ms(), 0, true).expect("retention");
+    let bounds = store.bounds("A", 0);
+    assert_eq!(
+        (bounds.min_offset, bounds.max_offset),
+        (entries_per_file, entries_per_file)
+    );
+    store.close().expect("close");
+    drop(store);
+
+    let (store, _) = Store::open(config(root)).expect("reopen");
+    let bounds = store.bounds("A", 0);
+    assert_eq!(
+        (bounds.min_offset, bounds.max_offset),
+        (entries_per_file, entries_per_file)
+    );
+    // The next message takes the next offset, not one a consumer has committed past.
+    let appended = append(&store, vec![simple("A", 0, b"next")]).expect("append");
+    assert_eq!(appended.entries[0].queue_offset, entries_per_file);
+}
