@@ -153,11 +153,19 @@ impl Segments {
 
     /// Forgets and deletes a segment created by a group whose write failed.
     pub fn remove(&self, base: u64) -> io::Result<()> {
+        // Unlinked first: a segment whose unlink failed stays listed, so the next retention
+        // pass tries it again instead of leaving a file that no pass sees (and a gap that
+        // would stop the next open).
+        match std::fs::remove_file(self.path(base)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         self.files
             .write()
             .expect("segment map lock poisoned")
             .remove(&base);
-        std::fs::remove_file(self.path(base))
+        Ok(())
     }
 
     /// Reads `buf.len()` bytes at `position`; the range must lie in one segment.

@@ -324,8 +324,13 @@ impl ConsumeQueue {
             .filter(|n| (n + 1) * self.entries_per_file <= min_offset && Some(*n) != last)
             .collect();
         for file_number in &doomed {
+            // As for segments: a file whose unlink failed stays listed for the next pass.
+            match std::fs::remove_file(self.file_path(*file_number)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
             files.remove(file_number);
-            std::fs::remove_file(self.file_path(*file_number))?;
         }
         Ok(doomed.len())
     }
