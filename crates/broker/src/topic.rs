@@ -20,6 +20,18 @@ pub const AUTO_CREATE_TOPIC: &str = "TBW102";
 /// 8, as the seeds' 8-queue scenarios do, so a benchmark consumer runs 8 pull loops, not 1024.
 pub const BENCHMARK_TOPIC: &str = "BenchmarkTest";
 pub const BENCHMARK_TOPIC_QUEUES: i32 = 8;
+/// Topics only the broker itself writes: a client's send to one is refused with NO_PERMISSION,
+/// as RocketMQ's TopicValidator does (a message sent straight to the schedule topic would be
+/// acknowledged and then have no real topic to go to).
+pub const NOT_ALLOWED_SEND_TOPICS: &[&str] = &[
+    "SCHEDULE_TOPIC_XXXX",
+    "SCHEDULE_TOPIC_XXXX_V2",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+];
 pub const RETRY_PREFIX: &str = "%RETRY%";
 pub const DLQ_PREFIX: &str = "%DLQ%";
 const TOPIC_BYTES_MAX: usize = 127;

@@ -274,6 +274,24 @@ fn malformed_frames_close_only_their_connection() {
 }
 
 #[test]
+fn sends_to_topics_only_the_broker_writes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    for topic in ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"] {
+        let response = client.send(topic, b"x", &SendOptions::default()).unwrap();
+        assert_eq!(response.code, response_code::NO_PERMISSION, "{topic}");
+        assert!(
+            response.remark.unwrap_or_default().contains("forbidden"),
+            "{topic}"
+        );
+    }
+    client.create_topic("Open", 1).unwrap();
+    let response = client.send("Open", b"x", &SendOptions::default()).unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+}
+
+#[test]
 fn oversized_messages_are_refused_with_message_illegal() {
     let dir = tempfile::tempdir().unwrap();
     let quiver = up(dir.path());

@@ -118,6 +118,12 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
             let value = entries.range(value_bytes, "ext value")?;
             // Empty keys and values are null in Java, which never lands in a header field.
             if !key.is_empty() && !value.is_empty() {
+                if ranges.len() == crate::ext::EXT_FIELDS_MAX {
+                    return Err(bad(format!(
+                        "more than {} ext fields",
+                        crate::ext::EXT_FIELDS_MAX
+                    )));
+                }
                 ranges.push((key, value));
             }
         }
@@ -187,6 +193,24 @@ mod tests {
         let mut out = BytesMut::new();
         encode(cmd, &mut out).unwrap();
         out.freeze()
+    }
+
+    #[test]
+    fn ext_fields_past_the_limit_are_an_error() {
+        let with = |count: usize| {
+            let mut ext = ExtFields::new();
+            for i in 0..count {
+                ext.insert(format!("k{i}"), "v");
+            }
+            header(&Command::request(10, Encoding::RocketMq).with_ext(ext))
+        };
+        let at_limit = decode(&with(crate::ext::EXT_FIELDS_MAX)).expect("at the limit");
+        assert_eq!(
+            at_limit.ext.map(|e| e.len()),
+            Some(crate::ext::EXT_FIELDS_MAX)
+        );
+        let error = decode(&with(crate::ext::EXT_FIELDS_MAX + 1)).expect_err("past the limit");
+        assert!(error.to_string().contains("ext fields"), "{error}");
     }
 
     #[test]

@@ -11,6 +11,11 @@ use std::fmt;
 
 use bytes::Bytes;
 
+/// The most entries a decoded header may carry. RocketMQ's largest request headers have a few
+/// dozen fields; without a bound, a 16 MiB header of distinct short keys would take the
+/// front-to-back duplicate check about 10^12 comparisons.
+pub const EXT_FIELDS_MAX: usize = 1024;
+
 /// The text of an entry the program wrote: a literal (no allocation) or an owned string.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ExtText(Cow<'static, str>);

@@ -60,6 +60,12 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
     let ext = match fields.get("extFields") {
         None | Some(Value::Null) => None,
         Some(Value::Object(entries)) => {
+            if entries.len() > crate::ext::EXT_FIELDS_MAX {
+                return Err(bad(format!(
+                    "more than {} ext fields",
+                    crate::ext::EXT_FIELDS_MAX
+                )));
+            }
             let mut ext = ExtFields::new();
             for (key, value) in entries {
                 let text = match value {
@@ -150,6 +156,17 @@ mod tests {
 
     fn parse(text: &str) -> Result<Command, FrameError> {
         decode(&Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn ext_fields_past_the_limit_are_an_error() {
+        let with = |count: usize| {
+            let fields: Vec<String> = (0..count).map(|i| format!("\"k{i}\":\"v\"")).collect();
+            format!("{{\"code\":10,\"extFields\":{{{}}}}}", fields.join(","))
+        };
+        assert!(parse(&with(crate::ext::EXT_FIELDS_MAX)).is_ok());
+        let error = parse(&with(crate::ext::EXT_FIELDS_MAX + 1)).expect_err("past the limit");
+        assert!(error.to_string().contains("ext fields"), "{error}");
     }
 
     #[test]

@@ -88,7 +88,8 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
     copy.properties = requeue::without_property(&properties, property::DELAY);
     copy.topic = destination.clone();
     copy.queue_id = 0;
-    copy.reconsume_times = original.reconsume_times + 1;
+    // Producer-supplied: a stored i32::MAX must not overflow.
+    copy.reconsume_times = original.reconsume_times.saturating_add(1);
     copy.store_timestamp = now_ms();
     copy.store_host = broker.store_host;
     let record = if dead {
@@ -96,7 +97,7 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
     } else {
         let levels = &broker.config.delay_levels_ms;
         let asked = match header.delay_level {
-            0 => FIRST_RETRY_LEVEL + original.reconsume_times,
+            0 => FIRST_RETRY_LEVEL.saturating_add(original.reconsume_times),
             level => level,
         };
         let level = (asked.max(1) as usize).min(levels.len());

@@ -17,12 +17,14 @@ use super::Refusal;
 use crate::broker::{now_ms, Broker};
 use crate::connection::{Connection, Responder};
 use crate::topic::{
-    topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, PERM_INHERIT, PERM_WRITE,
-    RETRY_PREFIX,
+    topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
+    PERM_INHERIT, PERM_WRITE, RETRY_PREFIX,
 };
 use crate::{delay, requeue};
 
 /// Properties are stored with a signed 16-bit length.
+/// RocketMQ's TOPIC_MAX_LENGTH, which batch sends are held to.
+const BATCH_TOPIC_BYTES_MAX: usize = 127;
 const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
 /// Room for a generated UNIQ_KEY property (32 hex digits and the name), so adding it and
 /// CLUSTER to a copy of the properties does not reallocate.
@@ -72,7 +74,7 @@ fn prepare(
     } else {
         SendMessageHeader::from_v2(ext)?
     };
-    redirect_exhausted_retry(&mut header);
+    let dead_lettered = redirect_exhausted_retry(&mut header);
     let batch = request.code == request_code::SEND_BATCH_MESSAGE || header.batch;
     if broker.config.broker_permission & PERM_WRITE == 0 {
         let remark = format!(
@@ -83,6 +85,10 @@ fn prepare(
     }
     validate_topic_name(&header.topic)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    if NOT_ALLOWED_SEND_TOPICS.contains(&header.topic.as_str()) {
+        let remark = format!("Sending message to topic[{}] is forbidden.", header.topic);
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
     if request.body.len() > broker.config.max_message_bytes {
         let remark = format!(
             "the message body size {} bytes is over the limit of {} bytes (maxMessageSize)",
@@ -91,7 +97,7 @@ fn prepare(
         );
         return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
     }
-    let shape = topic_shape(broker, &header)?;
+    let shape = topic_shape(broker, &header, dead_lettered)?;
     if shape.perm & PERM_WRITE == 0 {
         let remark = format!("the topic[{}] sending message is forbidden", header.topic);
         return Err(Refusal::new(response_code::NO_PERMISSION, remark));
@@ -124,6 +130,13 @@ fn prepare(
                 "batch messages cannot be sent to a retry topic",
             ));
         }
+        // RocketMQ holds a batch's topic to the plain limit, dead-letter topics included.
+        if header.topic.len() > BATCH_TOPIC_BYTES_MAX {
+            return Err(Refusal::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!("message topic length too long {}", header.topic.len()),
+            ));
+        }
         let entries = decode_batch(&request.body).map_err(|e| {
             Refusal::new(
                 response_code::MESSAGE_ILLEGAL,
@@ -151,9 +164,10 @@ fn prepare(
 
 /// A retry copy that a consumer sent itself (when CONSUMER_SEND_MSG_BACK failed) and that has
 /// used up its reconsume budget goes to the group's dead-letter topic, as in RocketMQ.
-fn redirect_exhausted_retry(header: &mut SendMessageHeader) {
+/// Returns whether it redirected the send to the group's dead-letter topic.
+fn redirect_exhausted_retry(header: &mut SendMessageHeader) -> bool {
     let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) else {
-        return;
+        return false;
     };
     let max = header
         .max_reconsume_times
@@ -163,17 +177,25 @@ fn redirect_exhausted_retry(header: &mut SendMessageHeader) {
         header.topic = format!("{DLQ_PREFIX}{group}");
         header.queue_id = 0;
         header.properties = requeue::without_property(&header.properties, property::DELAY);
+        return true;
     }
+    false
 }
 
-/// The topic's shape, creating it first when RocketMQ would: retry and dead-letter topics
-/// always (one queue), others from
-/// the producer's default topic (TBW102) when auto-create is on.
-fn topic_shape(broker: &Broker, header: &SendMessageHeader) -> Result<TopicShape, Refusal> {
+/// The topic's shape, creating it first when RocketMQ would: retry topics always (one queue),
+/// a dead-letter topic when this send was redirected to it, others from the producer's default
+/// topic (TBW102) when auto-create is on.
+fn topic_shape(
+    broker: &Broker,
+    header: &SendMessageHeader,
+    dead_lettered: bool,
+) -> Result<TopicShape, Refusal> {
     if let Some(shape) = broker.topics.shape(&header.topic) {
         return Ok(shape);
     }
-    let config = if header.topic.starts_with(RETRY_PREFIX) || header.topic.starts_with(DLQ_PREFIX) {
+    let config = if header.topic.starts_with(RETRY_PREFIX)
+        || (dead_lettered && header.topic.starts_with(DLQ_PREFIX))
+    {
         topic_config(&header.topic, 1, 6)
     } else {
         let template = broker
