@@ -217,3 +217,90 @@ fn a_retry_send_over_its_budget_goes_to_the_dead_letter_topic() {
     assert_eq!(dead[0].body.as_ref(), b"dead");
     assert_eq!(dead[0].reconsume_times, 3);
 }
+
+#[test]
+fn a_reconsume_count_at_the_top_of_its_range_is_sent_back_without_overflow() {
+    // The count comes from the producer's header; a hand-back must not wrap it.
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up_with_levels(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Worn", 1).unwrap();
+    for reconsume_times in [i32::MAX - 1, i32::MAX] {
+        let header = SendMessageHeader {
+            producer_group: "worn_producer".into(),
+            topic: "Worn".into(),
+            default_topic: "TBW102".into(),
+            default_topic_queue_nums: 4,
+            queue_id: 0,
+            sys_flag: 0,
+            born_timestamp: 1,
+            flag: 0,
+            properties: encode_properties([("TAGS", "TagW")]),
+            reconsume_times,
+            unit_mode: false,
+            max_reconsume_times: None,
+            batch: false,
+        };
+        let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
+            .with_ext(header.to_v1())
+            .with_body(b"worn".to_vec());
+        assert_eq!(client.call(request).unwrap().code, response_code::SUCCESS);
+    }
+    let stored = pull_all(&mut client, "Worn", 0, 0);
+    assert_eq!(stored.len(), 2);
+    for message in &stored {
+        let response = send_back(&mut client, message, "wearers", i32::MAX);
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+    }
+    // i32::MAX - 1 is still within a budget of i32::MAX: retried; i32::MAX is spent: dead.
+    let dead = pull_all(&mut client, "%DLQ%wearers", 0, 0);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reconsume_times, i32::MAX);
+}
+
+#[test]
+fn only_the_broker_creates_dead_letter_topics_when_auto_create_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("broker.conf");
+    std::fs::write(&conf, "autoCreateTopicEnable=false\n").unwrap();
+    let quiver =
+        QuiverProcess::up_with_config(&binary(), &dir.path().join("data"), Some(&conf), dir.path())
+            .expect("quiver up starts");
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let response = client
+        .send("%DLQ%strangers", b"x", &SendOptions::default())
+        .unwrap();
+    assert_eq!(response.code, response_code::TOPIC_NOT_EXIST);
+    // A retry over its budget is redirected by the broker, which creates the topic.
+    let header = SendMessageHeader {
+        producer_group: "CLIENT_INNER_PRODUCER".into(),
+        topic: "%RETRY%payers".into(),
+        default_topic: "TBW102".into(),
+        default_topic_queue_nums: 4,
+        queue_id: 0,
+        sys_flag: 0,
+        born_timestamp: 1,
+        flag: 0,
+        properties: encode_properties([("TAGS", "TagR"), ("RETRY_TOPIC", "Pay")]),
+        reconsume_times: 3,
+        unit_mode: false,
+        max_reconsume_times: Some(2),
+        batch: false,
+    };
+    let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
+        .with_ext(header.to_v1())
+        .with_body(b"dead".to_vec());
+    let response = client.call(request).unwrap();
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
+    assert_eq!(pull_all(&mut client, "%DLQ%payers", 0, 0).len(), 1);
+}
