@@ -10,22 +10,30 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 pub type ConnectionId = u64;
 
+/// A frame for the writer, with the in-flight permit of the request it answers (if any): the
+/// writer lets the permit go once the frame is written, so a client that stops reading stops
+/// the broker from reading its requests instead of growing this queue.
+pub struct Outgoing {
+    pub command: Command,
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Connection {
     pub id: ConnectionId,
     pub peer: SocketAddr,
-    outgoing: mpsc::UnboundedSender<Command>,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
     next_opaque: Arc<AtomicI32>,
 }
 
 impl Connection {
     /// The writer half: frames queued on the returned receiver go out in order. The queue is
     /// unbounded, but what enters it is bounded: every response holds one of the connection's
-    /// in-flight permits until it is queued, and broker-initiated requests are rare.
+    /// in-flight permits until it is written, and broker-initiated requests are rare.
     pub fn new(
         id: ConnectionId,
         peer: SocketAddr,
-    ) -> (Connection, mpsc::UnboundedReceiver<Command>) {
+    ) -> (Connection, mpsc::UnboundedReceiver<Outgoing>) {
         let (outgoing, receiver) = mpsc::unbounded_channel();
         let connection = Connection {
             id,
@@ -38,7 +46,12 @@ impl Connection {
 
     /// Queues a frame; false when the connection is gone.
     pub fn send(&self, command: Command) -> bool {
-        self.outgoing.send(command).is_ok()
+        self.outgoing
+            .send(Outgoing {
+                command,
+                permit: None,
+            })
+            .is_ok()
     }
 
     /// Sends a oneway request to the client, with the broker's own opaque sequence.
@@ -62,7 +75,7 @@ impl Connection {
 pub struct Responder {
     connection: Connection,
     oneway: bool,
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 }
 
 impl Responder {
@@ -70,7 +83,7 @@ impl Responder {
         Responder {
             connection,
             oneway,
-            _permit: permit,
+            permit,
         }
     }
 
@@ -80,7 +93,10 @@ impl Responder {
 
     pub fn reply(self, response: Command) {
         if !self.oneway {
-            self.connection.send(response);
+            let _ = self.connection.outgoing.send(Outgoing {
+                command: response,
+                permit: Some(self.permit),
+            });
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::broker::Broker;
-use crate::connection::{Connection, Responder};
+use crate::connection::{Connection, Outgoing, Responder};
 use crate::handler;
 
 /// A connection with no frame for this long is closed: Java clients heartbeat every 30 s.
@@ -71,7 +71,7 @@ async fn serve_connection(
     stream: TcpStream,
     broker: &Arc<Broker>,
     connection: Connection,
-    outgoing: mpsc::UnboundedReceiver<Command>,
+    outgoing: mpsc::UnboundedReceiver<Outgoing>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
@@ -143,19 +143,26 @@ async fn serve_connection(
     result
 }
 
-async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedReceiver<Command>) {
+async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedReceiver<Outgoing>) {
     let mut buffer = BytesMut::with_capacity(64 * 1024);
+    // The in-flight permits of the answers being written: let go once they are written.
+    let mut permits = Vec::new();
     while let Some(first) = outgoing.recv().await {
-        encode_or_error(&first, &mut buffer);
+        encode_or_error(&first.command, &mut buffer);
+        permits.extend(first.permit);
         while buffer.len() < WRITE_BATCH_BYTES_MAX {
             match outgoing.try_recv() {
-                Ok(next) => encode_or_error(&next, &mut buffer),
+                Ok(next) => {
+                    encode_or_error(&next.command, &mut buffer);
+                    permits.extend(next.permit);
+                }
                 Err(_) => break,
             }
         }
         if writer.write_all(&buffer).await.is_err() {
             return;
         }
+        permits.clear();
         buffer.clear();
         if buffer.capacity() > 4 * WRITE_BATCH_BYTES_MAX {
             buffer = BytesMut::with_capacity(64 * 1024);

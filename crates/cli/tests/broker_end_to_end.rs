@@ -507,3 +507,59 @@ fn the_name_server_reports_clusters_and_topics() {
         assert_eq!(missing.code, response_code::TOPIC_NOT_EXIST);
     }
 }
+
+#[test]
+fn a_client_with_more_requests_in_flight_than_the_limit_gets_every_answer_in_order() {
+    // Each answer holds its request's in-flight permit until it is written, so the broker
+    // stops reading from a client that stops reading; this one writes from one thread and
+    // reads from another, past the limit of 4,096.
+    use std::io::{Read, Write};
+    const REQUESTS: i32 = 6_000;
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    client.create_topic("Flood", 1).unwrap();
+    let stream = std::net::TcpStream::connect(quiver.broker()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut frames = bytes::BytesMut::new();
+        for opaque in 1..=REQUESTS {
+            let options = SendOptions {
+                queue_id: Some(0),
+                ..SendOptions::default()
+            };
+            let mut request = quiver_testkit::send_request(
+                "Flood",
+                format!("m{opaque}").as_bytes(),
+                &options,
+                false,
+            );
+            request.opaque = opaque;
+            request.encoding = Encoding::RocketMq;
+            quiver_wire::encode_frame(&request, &mut frames).unwrap();
+        }
+        writer.write_all(&frames).unwrap();
+    });
+    let mut reader = stream;
+    let mut input = bytes::BytesMut::new();
+    let mut expected = 1;
+    while expected <= REQUESTS {
+        match quiver_wire::decode_frame(&mut input).unwrap() {
+            Some(response) => {
+                assert_eq!(response.opaque, expected);
+                assert_eq!(response.code, response_code::SUCCESS);
+                expected += 1;
+            }
+            None => {
+                let mut chunk = [0u8; 64 * 1024];
+                let read = reader.read(&mut chunk).expect("answers keep coming");
+                assert!(read > 0, "connection closed after {} answers", expected - 1);
+                input.extend_from_slice(&chunk[..read]);
+            }
+        }
+    }
+    sender.join().unwrap();
+}
