@@ -32,6 +32,25 @@ impl PullWaiters {
     /// the caller then answers at once instead.
     pub fn park(&self, topic: &str, queue_id: u32, offset: u64) -> Option<oneshot::Receiver<()>> {
         let mut waiting = self.waiting.lock().expect("pull waiters lock poisoned");
+        if self.parked.load(Ordering::Relaxed) >= self.parked_max {
+            // Pulls that timed out on queues nobody parks on or writes to again are still
+            // counted: drop them everywhere before refusing, or they would turn long polling
+            // off for good.
+            let mut dropped = 0;
+            waiting.retain(|_, queues| {
+                queues.retain(|_, waiters| {
+                    let before = waiters.len();
+                    waiters.retain(|waiter| !waiter.wake.is_closed());
+                    dropped += before - waiters.len();
+                    !waiters.is_empty()
+                });
+                !queues.is_empty()
+            });
+            self.parked.fetch_sub(dropped, Ordering::Relaxed);
+            if self.parked.load(Ordering::Relaxed) >= self.parked_max {
+                return None;
+            }
+        }
         let queue = waiting
             .entry(topic.to_string())
             .or_default()
@@ -43,9 +62,6 @@ impl PullWaiters {
         queue.retain(|waiter| !waiter.wake.is_closed());
         self.parked
             .fetch_sub(before - queue.len(), Ordering::Relaxed);
-        if self.parked.load(Ordering::Relaxed) >= self.parked_max {
-            return None;
-        }
         let (wake, receiver) = oneshot::channel();
         queue.push(Waiter { offset, wake });
         self.parked.fetch_add(1, Ordering::Relaxed);
@@ -105,5 +121,18 @@ mod tests {
         assert!(waiters.park("T", 0, 0).is_none());
         drop(first);
         assert!(waiters.park("T", 0, 0).is_some());
+    }
+
+    #[test]
+    fn timed_out_waiters_on_queues_nobody_touches_again_do_not_fill_the_limit() {
+        let waiters = PullWaiters::new(2);
+        drop(waiters.park("A", 0, 0).expect("parked"));
+        drop(waiters.park("B", 0, 0).expect("parked"));
+        // Both timed out; neither queue sees a pull or a message again.
+        let parked = waiters
+            .park("C", 0, 0)
+            .expect("parked once the timed-out ones are dropped");
+        assert_eq!(waiters.parked(), 1);
+        drop(parked);
     }
 }
