@@ -280,6 +280,10 @@ pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError>
     }
 }
 
+/// The most record bytes one key query returns (after the first record): its answer is one
+/// frame, and RocketMQ's frames stop at 16 MiB.
+pub const QUERY_BYTES_MAX: usize = 12 * 1024 * 1024;
+
 pub fn query_by_key(
     shared: &Shared,
     topic: &str,
@@ -293,6 +297,7 @@ pub fn query_by_key(
         return Ok(found);
     }
     let mut seen = HashSet::new();
+    let mut found_bytes = 0;
     let key_hash = record::index_key_hash(topic, key);
     shared
         .index
@@ -314,6 +319,11 @@ pub fn query_by_key(
                     && (begin_ms..=end_ms).contains(&view.store_timestamp_ms)
             });
             if matches {
+                // At least one record, then no more than fits the answer's frame.
+                if !found.is_empty() && found_bytes + bytes.len() > QUERY_BYTES_MAX {
+                    return Ok(false);
+                }
+                found_bytes += bytes.len();
                 found.push(bytes);
             }
             Ok(found.len() < max)

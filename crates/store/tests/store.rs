@@ -475,3 +475,28 @@ fn write_queued_leaves_sync_acks_to_the_next_drain() {
     );
     store.close().expect("close");
 }
+
+#[test]
+fn a_key_query_stops_at_what_one_answer_frame_can_hold() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = quiver_store::StoreConfig::under(dir.path());
+    config.segment_bytes = 64 * 1024 * 1024;
+    let (store, _) = Store::open(config).expect("open");
+    let body = vec![b'q'; 4 * 1024 * 1024];
+    for _ in 0..4 {
+        let r = record(Spec {
+            topic: "T",
+            body: &body,
+            keys: &["big"],
+            ..Spec::default()
+        });
+        append(&store, vec![r]).expect("append");
+    }
+    let found = store
+        .query_by_key("T", "big", 64, 0, i64::MAX)
+        .expect("query");
+    // Each record is 4 MiB and a header: two fit in 12 MiB, a third does not.
+    assert_eq!(found.len(), 2);
+    assert!(found.iter().map(Vec::len).sum::<usize>() <= 12 * 1024 * 1024);
+    store.close().expect("close");
+}
