@@ -292,6 +292,29 @@ fn sends_to_topics_only_the_broker_writes_are_refused() {
 }
 
 #[test]
+fn transaction_half_messages_are_refused_not_delivered_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    client.create_topic("Orders", 1).unwrap();
+    let half = SendOptions {
+        queue_id: Some(0),
+        properties: vec![
+            ("TRAN_MSG".into(), "true".into()),
+            ("PGROUP".into(), "tx".into()),
+        ],
+        ..SendOptions::default()
+    };
+    let response = client.send("Orders", b"half", &half).unwrap();
+    assert_eq!(response.code, response_code::NO_PERMISSION);
+    assert!(response
+        .remark
+        .unwrap_or_default()
+        .contains("transaction message is forbidden"));
+    assert!(pull_all(&mut client, "Orders", 0, 0).is_empty());
+}
+
+#[test]
 fn oversized_messages_are_refused_with_message_illegal() {
     let dir = tempfile::tempdir().unwrap();
     let quiver = up(dir.path());

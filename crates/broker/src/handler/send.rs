@@ -9,7 +9,9 @@ use quiver_store::{AppendError, AppendOutcome, AppendRequest, FlushStatus, Recor
 use quiver_wire::batch::decode_batch;
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHeader};
-use quiver_wire::message::{offset_msg_id, property, tags_code, SendProperties, StoredMessage};
+use quiver_wire::message::{
+    find_property, offset_msg_id, property, tags_code, SendProperties, StoredMessage,
+};
 use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
@@ -102,6 +104,16 @@ fn prepare(
         let remark = format!("the topic[{}] sending message is forbidden", header.topic);
         return Err(Refusal::new(response_code::NO_PERMISSION, remark));
     }
+    // Half messages need END_TRANSACTION and the broker's check-back, which this broker does
+    // not have: stored as plain messages they would be delivered even when rolled back. It
+    // answers as a RocketMQ broker with rejectTransactionMessage=true does.
+    if is_transaction_half(&header.properties, header.reconsume_times) {
+        let remark = format!(
+            "the broker[{}] sending transaction message is forbidden",
+            broker.config.broker_name
+        );
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
     let queue_id = if header.queue_id < 0 {
         broker.pick_queue(shape.write_queues)
     } else {
@@ -164,6 +176,16 @@ fn prepare(
 
 /// A retry copy that a consumer sent itself (when CONSUMER_SEND_MSG_BACK failed) and that has
 /// used up its reconsume budget goes to the group's dead-letter topic, as in RocketMQ.
+/// A transaction's half message (TRAN_MSG), unless it is a consumer's retry of one.
+fn is_transaction_half(properties: &str, reconsume_times: i32) -> bool {
+    let half = find_property(properties, property::TRAN_MSG)
+        .is_some_and(|flag| flag.eq_ignore_ascii_case("true"));
+    let delay_level = find_property(properties, property::DELAY)
+        .and_then(|level| level.parse::<i32>().ok())
+        .unwrap_or(0);
+    half && !(reconsume_times > 0 && delay_level > 0)
+}
+
 /// Returns whether it redirected the send to the group's dead-letter topic.
 fn redirect_exhausted_retry(header: &mut SendMessageHeader) -> bool {
     let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) else {
