@@ -47,6 +47,37 @@ fn send_back(client: &mut WireClient, message: &StoredMessage, group: &str, max:
         .expect("send back")
 }
 
+/// Sends `body` to queue 0 of `topic` with the reconsume fields a consumer or the broker sets
+/// (not a producer); returns the response.
+fn send_counted(
+    client: &mut WireClient,
+    topic: &str,
+    properties: &[(&str, &str)],
+    reconsume_times: i32,
+    max_reconsume_times: Option<i32>,
+    body: &[u8],
+) -> Command {
+    let header = SendMessageHeader {
+        producer_group: "CLIENT_INNER_PRODUCER".into(),
+        topic: topic.into(),
+        default_topic: "TBW102".into(),
+        default_topic_queue_nums: 4,
+        queue_id: 0,
+        sys_flag: 0,
+        born_timestamp: 1,
+        flag: 0,
+        properties: encode_properties(properties.iter().copied()),
+        reconsume_times,
+        unit_mode: false,
+        max_reconsume_times,
+        batch: false,
+    };
+    let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
+        .with_ext(header.to_v1())
+        .with_body(body.to_vec());
+    client.call(request).expect("send")
+}
+
 /// Polls a queue until it holds `count` messages.
 fn wait_for_messages(client: &mut WireClient, topic: &str, count: usize) -> Vec<StoredMessage> {
     wait_until(Duration::from_secs(20), || {
@@ -183,25 +214,14 @@ fn a_retry_send_over_its_budget_goes_to_the_dead_letter_topic() {
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
     for (reconsume_times, body) in [(2, "still retried"), (3, "dead")] {
         // What a consumer sends itself when CONSUMER_SEND_MSG_BACK fails.
-        let header = SendMessageHeader {
-            producer_group: "CLIENT_INNER_PRODUCER".into(),
-            topic: "%RETRY%payers".into(),
-            default_topic: "TBW102".into(),
-            default_topic_queue_nums: 4,
-            queue_id: 0,
-            sys_flag: 0,
-            born_timestamp: 1,
-            flag: 0,
-            properties: encode_properties([("TAGS", "TagR"), ("RETRY_TOPIC", "Pay")]),
+        let response = send_counted(
+            &mut client,
+            "%RETRY%payers",
+            &[("TAGS", "TagR"), ("RETRY_TOPIC", "Pay")],
             reconsume_times,
-            unit_mode: false,
-            max_reconsume_times: Some(2),
-            batch: false,
-        };
-        let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
-            .with_ext(header.to_v1())
-            .with_body(body.as_bytes().to_vec());
-        let response = client.call(request).unwrap();
+            Some(2),
+            body.as_bytes(),
+        );
         assert_eq!(
             response.code,
             response_code::SUCCESS,
@@ -226,25 +246,15 @@ fn a_reconsume_count_at_the_top_of_its_range_is_sent_back_without_overflow() {
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
     client.create_topic("Worn", 1).unwrap();
     for reconsume_times in [i32::MAX - 1, i32::MAX] {
-        let header = SendMessageHeader {
-            producer_group: "worn_producer".into(),
-            topic: "Worn".into(),
-            default_topic: "TBW102".into(),
-            default_topic_queue_nums: 4,
-            queue_id: 0,
-            sys_flag: 0,
-            born_timestamp: 1,
-            flag: 0,
-            properties: encode_properties([("TAGS", "TagW")]),
+        let response = send_counted(
+            &mut client,
+            "Worn",
+            &[("TAGS", "TagW")],
             reconsume_times,
-            unit_mode: false,
-            max_reconsume_times: None,
-            batch: false,
-        };
-        let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
-            .with_ext(header.to_v1())
-            .with_body(b"worn".to_vec());
-        assert_eq!(client.call(request).unwrap().code, response_code::SUCCESS);
+            None,
+            b"worn",
+        );
+        assert_eq!(response.code, response_code::SUCCESS);
     }
     let stored = pull_all(&mut client, "Worn", 0, 0);
     assert_eq!(stored.len(), 2);
@@ -277,25 +287,14 @@ fn only_the_broker_creates_dead_letter_topics_when_auto_create_is_off() {
         .unwrap();
     assert_eq!(response.code, response_code::TOPIC_NOT_EXIST);
     // A retry over its budget is redirected by the broker, which creates the topic.
-    let header = SendMessageHeader {
-        producer_group: "CLIENT_INNER_PRODUCER".into(),
-        topic: "%RETRY%payers".into(),
-        default_topic: "TBW102".into(),
-        default_topic_queue_nums: 4,
-        queue_id: 0,
-        sys_flag: 0,
-        born_timestamp: 1,
-        flag: 0,
-        properties: encode_properties([("TAGS", "TagR"), ("RETRY_TOPIC", "Pay")]),
-        reconsume_times: 3,
-        unit_mode: false,
-        max_reconsume_times: Some(2),
-        batch: false,
-    };
-    let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
-        .with_ext(header.to_v1())
-        .with_body(b"dead".to_vec());
-    let response = client.call(request).unwrap();
+    let response = send_counted(
+        &mut client,
+        "%RETRY%payers",
+        &[("TAGS", "TagR"), ("RETRY_TOPIC", "Pay")],
+        3,
+        Some(2),
+        b"dead",
+    );
     assert_eq!(
         response.code,
         response_code::SUCCESS,
