@@ -208,9 +208,10 @@ impl ConsumeQueue {
             let tail = self.tail();
             if !tail.bytes.is_empty() && offset + count > tail.first {
                 if offset + count > tail.end() {
-                    // As a read past a file's end would: never zeros taken for entries.
+                    // Never zeros taken for entries. Not UnexpectedEof: readers take that for
+                    // a file cut short and move past it.
                     return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
+                        io::ErrorKind::InvalidInput,
                         format!(
                             "entries {offset}..{} asked, written up to {}",
                             offset + count,
@@ -253,6 +254,11 @@ impl ConsumeQueue {
         let mut buf = Vec::with_capacity(ENTRY_BYTES);
         self.read_entries(offset, 1, &mut buf)?;
         Ok(Entry::decode(&buf))
+    }
+
+    /// The first offset of the file after the one holding `offset`.
+    pub fn next_file_start(&self, offset: u64) -> u64 {
+        (offset / self.entries_per_file + 1) * self.entries_per_file
     }
 
     pub fn path_for(&self, offset: u64) -> PathBuf {

@@ -65,11 +65,24 @@ pub fn read(
         return Ok(answer(ReadStatus::OffsetOverflowBadly, max));
     }
     let max_messages = max_messages.max(1);
-    let scan = (max - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
+    // One ConsumeQueue file at a time, so that a damaged file costs only its own entries.
+    let file_end = queue.next_file_start(offset).min(max);
+    let scan = (file_end - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
     let mut entries = Vec::new();
-    queue
-        .read_entries(offset, scan, &mut entries)
-        .map_err(|e| ReadError::io(&queue.path_for(offset), &e))?;
+    match queue.read_entries(offset, scan, &mut entries) {
+        Ok(()) => {}
+        // A file missing or cut short below the queue's end (damage, or removed by hand): as
+        // RocketMQ does, the reader moves on to the next file instead of failing every pull.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            return Ok(answer(ReadStatus::NoMatchedMessage, file_end));
+        }
+        Err(e) => return Err(ReadError::io(&queue.path_for(offset), &e)),
+    }
     let mut out = Vec::new();
     let mut count = 0u32;
     let mut next_offset = offset;

@@ -427,3 +427,33 @@ fn a_segment_named_past_the_largest_position_is_refused_not_a_panic() {
         "{error}"
     );
 }
+
+#[test]
+fn a_missing_consume_queue_file_costs_its_entries_not_the_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = small_config(dir.path());
+    let per_file = config.consume_queue_entries_per_file;
+    let (store, _) = Store::open(config).expect("open");
+    let written = fill(&store, 120);
+    store.close().expect("close");
+    drop(store);
+    // Queue 0 holds 40 entries: files 0, 1 and 2 of 16 each. Remove the middle one.
+    let middle = dir
+        .path()
+        .join("consumequeue/T/0")
+        .join(format!("{:020}", per_file * 20));
+    std::fs::remove_file(&middle).expect("remove");
+
+    let (store, _) = Store::open(small_config(dir.path())).expect("reopen");
+    let expected: Vec<Vec<u8>> = written
+        .iter()
+        .filter(|(r, a)| r.queue_id == 0 && !(per_file..2 * per_file).contains(&a.queue_offset))
+        .map(|(r, a)| stored(r, a.queue_offset, a.position))
+        .collect();
+    assert_eq!(read_queue(&store, 0), expected);
+    let skipped = store
+        .read("T", 0, per_file + 3, 32, u32::MAX, &accept_all)
+        .expect("read");
+    assert_eq!(skipped.status, ReadStatus::NoMatchedMessage);
+    assert_eq!(skipped.next_offset, 2 * per_file);
+}
