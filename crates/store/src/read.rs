@@ -65,23 +65,27 @@ pub fn read(
         return Ok(answer(ReadStatus::OffsetOverflowBadly, max));
     }
     let max_messages = max_messages.max(1);
-    // One ConsumeQueue file at a time, so that a damaged file costs only its own entries.
-    let file_end = queue.next_file_start(offset).min(max);
-    let scan = (file_end - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
+    let scan = (max - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
     let mut entries = Vec::new();
-    match queue.read_entries(offset, scan, &mut entries) {
-        Ok(()) => {}
-        // A file missing or cut short below the queue's end (damage, or removed by hand): as
-        // RocketMQ does, the reader moves on to the next file instead of failing every pull.
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof
-            ) =>
-        {
-            return Ok(answer(ReadStatus::NoMatchedMessage, file_end));
+    let missing = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof
+        )
+    };
+    if let Err(e) = queue.read_entries(offset, scan, &mut entries) {
+        if !missing(&e) {
+            return Err(ReadError::io(&queue.path_for(offset), &e));
         }
-        Err(e) => return Err(ReadError::io(&queue.path_for(offset), &e)),
+        // A file missing or cut short below the queue's end (damage, or removed by hand): read
+        // what this offset's file holds, or, if it is that file, move the reader on to the next
+        // one as RocketMQ does, instead of failing every pull there.
+        let file_end = queue.next_file_start(offset).min(max);
+        match queue.read_entries(offset, file_end - offset, &mut entries) {
+            Ok(()) => {}
+            Err(e) if missing(&e) => return Ok(answer(ReadStatus::NoMatchedMessage, file_end)),
+            Err(e) => return Err(ReadError::io(&queue.path_for(offset), &e)),
+        }
     }
     let mut out = Vec::new();
     let mut count = 0u32;
