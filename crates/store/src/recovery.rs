@@ -465,10 +465,17 @@ impl Scan<'_> {
             view.queue_id as u32,
         )?;
         queue.write_entries(view.queue_offset as u64, &entry.encode())?;
-        self.queue_next
-            .entry(view.topic.to_string())
-            .or_default()
-            .insert(view.queue_id as u32, view.queue_offset as u64 + 1);
+        let next = view.queue_offset as u64 + 1;
+        match self.queue_next.get_mut(view.topic) {
+            Some(queues) => {
+                queues.insert(view.queue_id as u32, next);
+            }
+            // A topic's name is copied once, not once per record.
+            None => {
+                let queues = HashMap::from([(view.queue_id as u32, next)]);
+                self.queue_next.insert(view.topic.to_string(), queues);
+            }
+        }
         let mut keys = std::mem::take(&mut self.keys);
         view.for_each_key(|key| {
             keys.push(KeyEntry {
