@@ -24,9 +24,9 @@ use crate::topic::{
 };
 use crate::{delay, requeue};
 
-/// Properties are stored with a signed 16-bit length.
 /// RocketMQ's TOPIC_MAX_LENGTH, which batch sends are held to.
 const BATCH_TOPIC_BYTES_MAX: usize = 127;
+/// Properties are stored with a signed 16-bit length.
 const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
 /// Room for a generated UNIQ_KEY property (32 hex digits and the name), so adding it and
 /// CLUSTER to a copy of the properties does not reallocate.
@@ -174,8 +174,6 @@ fn prepare(
     })
 }
 
-/// A retry copy that a consumer sent itself (when CONSUMER_SEND_MSG_BACK failed) and that has
-/// used up its reconsume budget goes to the group's dead-letter topic, as in RocketMQ.
 /// A transaction's half message (TRAN_MSG), unless it is a consumer's retry of one.
 fn is_transaction_half(properties: &str, reconsume_times: i32) -> bool {
     let half = find_property(properties, property::TRAN_MSG)
@@ -186,7 +184,9 @@ fn is_transaction_half(properties: &str, reconsume_times: i32) -> bool {
     half && !(reconsume_times > 0 && delay_level > 0)
 }
 
-/// Returns whether it redirected the send to the group's dead-letter topic.
+/// A retry copy that a consumer sent itself (when CONSUMER_SEND_MSG_BACK failed) and that has
+/// used up its reconsume budget goes to the group's dead-letter topic, as in RocketMQ.
+/// Returns whether it redirected the send there.
 fn redirect_exhausted_retry(header: &mut SendMessageHeader) -> bool {
     let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) else {
         return false;
