@@ -315,6 +315,23 @@ fn transaction_half_messages_are_refused_not_delivered_at_once() {
 }
 
 #[test]
+fn a_pull_below_offset_zero_is_told_where_the_queue_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    client.create_topic("Starts", 1).unwrap();
+    let options = SendOptions {
+        queue_id: Some(0),
+        ..SendOptions::default()
+    };
+    client.send("Starts", b"first", &options).unwrap();
+    let response = client.pull("Starts", "starters", 0, -1, 32, 0).unwrap();
+    assert_eq!(response.code, response_code::PULL_OFFSET_MOVED);
+    assert_eq!(ext_i64(&response, "nextBeginOffset"), 0);
+    assert!(response.body.is_empty());
+}
+
+#[test]
 fn oversized_messages_are_refused_with_message_illegal() {
     let dir = tempfile::tempdir().unwrap();
     let quiver = up(dir.path());

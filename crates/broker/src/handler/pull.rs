@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_store::ReadStatus;
+use quiver_store::{QueueRead, ReadStatus};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
     ext_or_err, pull_sys_flag, PullMessageRequestHeader, PullMessageResponseHeader,
@@ -108,18 +108,33 @@ fn pull_once(
         .max_msg_bytes
         .unwrap_or(PULL_BYTES_MAX)
         .clamp(1, PULL_BYTES_MAX) as u32;
-    let offset = header.queue_offset.max(0) as u64;
-    let read = broker
-        .store
-        .read(
-            &header.topic,
-            header.queue_id as u32,
-            offset,
-            max_messages,
-            max_bytes,
-            &|code| filter.accepts(code),
-        )
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    let below_zero = (header.queue_offset < 0)
+        .then(|| broker.store.bounds(&header.topic, header.queue_id as u32))
+        .filter(|bounds| bounds.max_offset > 0);
+    let read = if let Some(bounds) = below_zero {
+        // Below every offset, as a read under the queue's minimum: RocketMQ answers
+        // PULL_OFFSET_MOVED with the minimum to carry on from.
+        QueueRead {
+            status: ReadStatus::OffsetTooSmall,
+            bytes: Vec::new(),
+            message_count: 0,
+            next_offset: bounds.min_offset,
+            min_offset: bounds.min_offset,
+            max_offset: bounds.max_offset,
+        }
+    } else {
+        broker
+            .store
+            .read(
+                &header.topic,
+                header.queue_id as u32,
+                header.queue_offset.max(0) as u64,
+                max_messages,
+                max_bytes,
+                &|code| filter.accepts(code),
+            )
+            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
+    };
     let code = match read.status {
         ReadStatus::Found => response_code::SUCCESS,
         ReadStatus::NoNewMessage | ReadStatus::NoMessageInQueue | ReadStatus::OffsetOverflowOne => {
