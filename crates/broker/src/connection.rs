@@ -46,12 +46,11 @@ impl Connection {
 
     /// Queues a frame; false when the connection is gone.
     pub fn send(&self, command: Command) -> bool {
-        self.outgoing
-            .send(Outgoing {
-                command,
-                permit: None,
-            })
-            .is_ok()
+        self.queue(command, None)
+    }
+
+    fn queue(&self, command: Command, permit: Option<OwnedSemaphorePermit>) -> bool {
+        self.outgoing.send(Outgoing { command, permit }).is_ok()
     }
 
     /// Sends a oneway request to the client, with the broker's own opaque sequence.
@@ -93,10 +92,7 @@ impl Responder {
 
     pub fn reply(self, response: Command) {
         if !self.oneway {
-            let _ = self.connection.outgoing.send(Outgoing {
-                command: response,
-                permit: Some(self.permit),
-            });
+            self.connection.queue(response, Some(self.permit));
         }
     }
 }

@@ -151,7 +151,7 @@ impl Segments {
         Ok(file)
     }
 
-    /// Forgets and deletes a segment created by a group whose write failed.
+    /// Deletes and forgets a segment: one retention expired, or one a failed group created.
     pub fn remove(&self, base: u64) -> io::Result<()> {
         // Unlinked first: a segment whose unlink failed stays listed, so the next retention
         // pass tries it again instead of leaving a file that no pass sees (and a gap that
