@@ -31,7 +31,35 @@ pub const NOT_ALLOWED_SEND_TOPICS: &[&str] = &[
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "SELF_TEST_TOPIC",
     "OFFSET_MOVED_EVENT",
+    "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC",
+    "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
 ];
+/// RocketMQ 5.5.0's system topics (TopicValidator's set): UPDATE_AND_CREATE_TOPIC refuses
+/// them, so a client cannot reshape a topic the broker relies on. The cluster's and the
+/// broker's own names, and every name starting with `rmq_sys_`, count as well.
+const SYSTEM_TOPICS: &[&str] = &[
+    AUTO_CREATE_TOPIC,
+    "SCHEDULE_TOPIC_XXXX",
+    BENCHMARK_TOPIC,
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+    "CHECKPOINT_TOPIC",
+    "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC",
+    "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
+];
+const SYSTEM_TOPIC_PREFIX: &str = "rmq_sys_";
+
+/// True for a name RocketMQ reserves (see `SYSTEM_TOPICS`) on a broker of this cluster.
+pub fn is_system_topic(name: &str, cluster_name: &str, broker_name: &str) -> bool {
+    SYSTEM_TOPICS.contains(&name)
+        || name.starts_with(SYSTEM_TOPIC_PREFIX)
+        || name == cluster_name
+        || name == broker_name
+}
 pub const RETRY_PREFIX: &str = "%RETRY%";
 pub const DLQ_PREFIX: &str = "%DLQ%";
 const TOPIC_BYTES_MAX: usize = 127;

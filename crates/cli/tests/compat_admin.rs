@@ -164,3 +164,40 @@ fn topic_and_consume_stats_report_offsets_per_queue() {
         .unwrap();
     assert_eq!(response.code, response_code::TOPIC_NOT_EXIST);
 }
+
+#[test]
+fn system_topics_and_bad_names_cannot_be_created_or_reshaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    for topic in [
+        "BenchmarkTest",
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "rmq_sys_anything",
+        "DefaultCluster",
+        "broker-a",
+    ] {
+        let response = client.create_topic(topic, 2).unwrap();
+        assert_eq!(response.code, response_code::INVALID_PARAMETER, "{topic}");
+        assert_eq!(
+            response.remark.as_deref(),
+            Some(format!("The topic[{topic}] is conflict with system topic.").as_str())
+        );
+    }
+    let response = client.create_topic("bad name", 2).unwrap();
+    assert_eq!(response.code, response_code::INVALID_PARAMETER);
+
+    // BenchmarkTest keeps the shape the broker gave it.
+    let request = Command::request(request_code::GET_TOPIC_CONFIG, Encoding::Json)
+        .with_ext(ExtFields::new().with("topic", "BenchmarkTest"));
+    let response = client.call(request).unwrap();
+    assert_eq!(response.code, response_code::SUCCESS, "{:?}", response.remark);
+    let config: TopicConfig = body::from_json(&response.body).unwrap();
+    assert_eq!(config.write_queue_nums, 8);
+    // A name that merely resembles one is an ordinary topic.
+    assert_eq!(
+        client.create_topic("RMQ_SYS_anything", 2).unwrap().code,
+        response_code::SUCCESS
+    );
+}

@@ -11,7 +11,7 @@ use quiver_wire::Command;
 use super::{Handled, Refusal};
 use crate::broker::{now_ms, Broker};
 use crate::connection::Connection;
-use crate::topic::validate_topic_name;
+use crate::topic::{is_system_topic, validate_topic_name};
 
 /// Queue counts above this are almost surely a typo; Java has no limit, but every queue costs a
 /// ConsumeQueue directory and a pull loop per consumer.
@@ -20,7 +20,12 @@ const TOPIC_QUEUES_MAX: i32 = 1024;
 pub fn create_topic(broker: &Broker, request: &Command, _: &Connection) -> Handled {
     let header = CreateTopicRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_topic_name(&header.topic)
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
+    let config = &broker.config;
+    if is_system_topic(&header.topic, &config.cluster_name, &config.broker_name) {
+        let remark = format!("The topic[{}] is conflict with system topic.", header.topic);
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
     for (name, value) in [
         ("readQueueNums", header.read_queue_nums),
         ("writeQueueNums", header.write_queue_nums),
