@@ -449,6 +449,17 @@ fn offsets_queries_and_lookups_answer_from_what_was_stored() {
     );
     assert_eq!(client.call(update).unwrap().code, response_code::SUCCESS);
     assert_eq!(ext_i64(&client.call(query_offset()).unwrap(), "offset"), 3);
+    // Not for a topic the broker does not have.
+    let update = Command::request(request_code::UPDATE_CONSUMER_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("consumerGroup", "g1")
+            .with("topic", "Nowhere")
+            .with("queueId", 1)
+            .with("commitOffset", 3),
+    );
+    let response = client.call(update).unwrap();
+    assert_eq!(response.code, response_code::TOPIC_NOT_EXIST);
+    assert_eq!(response.remark.as_deref(), Some("Topic Nowhere not exist!"));
 
     // Runtime info carries the put counter.
     let info = client

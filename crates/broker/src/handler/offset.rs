@@ -58,6 +58,14 @@ pub fn update_consumer_offset(broker: &Broker, request: &Command, _: &Connection
             "commitOffset is negative",
         ));
     }
+    // As RocketMQ: offsets only for topics this broker has (a push consumer's retry topic is
+    // created by its first heartbeat), so the persisted table cannot fill with made-up names.
+    if broker.topics.shape(&header.topic).is_none() {
+        return Err(Refusal::new(
+            response_code::TOPIC_NOT_EXIST,
+            format!("Topic {} not exist!", header.topic),
+        ));
+    }
     broker.offsets.commit(
         &header.topic,
         &header.consumer_group,
