@@ -56,7 +56,9 @@ impl RouteTable {
     }
 
     /// Records a registration. Only the master (id 0) defines the topics a broker serves, as
-    /// in RocketMQ: slaves share their master's topics.
+    /// in RocketMQ: slaves share their master's topics. A registration adds and updates topics
+    /// and never removes one: a Java broker that creates a topic registers with that topic
+    /// alone. A broker's topics go when its last address does.
     pub fn register(
         &mut self,
         registration: Registration,
@@ -71,6 +73,13 @@ impl RouteTable {
             expiry_ms,
             topics,
         } = registration;
+        // The same address registering under another name or cluster leaves the old one: it
+        // would otherwise stay, with its topics, after this address expires.
+        if let Some(previous) = self.live.get(&broker_addr) {
+            if previous.broker_name != broker_name || previous.cluster != cluster {
+                self.unregister(&broker_addr);
+            }
+        }
         self.clusters
             .entry(cluster.clone())
             .or_default()
@@ -86,9 +95,6 @@ impl RouteTable {
             .retain(|id, addr| *addr != broker_addr || *id == broker_id);
         entry.1.insert(broker_id, broker_addr.clone());
         if broker_id == 0 {
-            for queues in self.topics.values_mut() {
-                queues.remove(&broker_name);
-            }
             for (topic, config) in topics {
                 let queue_data = QueueData {
                     broker_name: broker_name.clone(),
@@ -102,7 +108,6 @@ impl RouteTable {
                     .or_default()
                     .insert(broker_name.clone(), queue_data);
             }
-            self.topics.retain(|_, queues| !queues.is_empty());
         }
         self.live.insert(
             broker_addr,
@@ -128,13 +133,11 @@ impl RouteTable {
             addrs.retain(|_, addr| addr != broker_addr);
             broker_gone = addrs.is_empty();
         }
-        if live.broker_id == 0 || broker_gone {
+        if broker_gone {
             for queues in self.topics.values_mut() {
                 queues.remove(&live.broker_name);
             }
             self.topics.retain(|_, queues| !queues.is_empty());
-        }
-        if broker_gone {
             self.brokers.remove(&live.broker_name);
             if let Some(names) = self.clusters.get_mut(&live.cluster) {
                 names.remove(&live.broker_name);
@@ -311,19 +314,53 @@ mod tests {
     }
 
     #[test]
-    fn reregistration_replaces_the_topic_set() {
+    fn a_registration_adds_and_updates_topics_and_keeps_the_others() {
         let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
         table.register(
             registration("a", "127.0.0.1:1", &[("T", 4), ("old", 1)]),
             None,
             0,
         );
+        // What a Java broker sends after creating one topic: that topic alone.
         table.register(registration("a", "127.0.0.1:1", &[("T", 2)]), None, 10);
-        assert!(table.route("old").is_none());
+        table.register(registration("a", "127.0.0.1:1", &[]), None, 20);
+        assert!(table.route("old").is_some());
         assert_eq!(
             table.route("T").expect("route").queue_datas[0].write_queue_nums,
             2
         );
+    }
+
+    #[test]
+    fn a_slave_keeps_the_topics_when_its_master_goes() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), None, 0);
+        let slave = Registration {
+            broker_id: 1,
+            ..registration("a", "127.0.0.1:2", &[])
+        };
+        table.register(slave, None, 0);
+        assert!(table.unregister("127.0.0.1:1"));
+        let route = table.route("T").expect("the slave still serves T");
+        assert_eq!(
+            route.broker_datas[0].broker_addrs.get(&1).map(String::as_str),
+            Some("127.0.0.1:2")
+        );
+        assert!(table.unregister("127.0.0.1:2"));
+        assert!(table.route("T").is_none());
+    }
+
+    #[test]
+    fn an_address_that_changes_name_leaves_nothing_behind() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("n1", "127.0.0.1:1", &[("T1", 1)]), None, 0);
+        table.register(registration("n2", "127.0.0.1:1", &[("T2", 1)]), None, 0);
+        assert!(table.route("T1").is_none());
+        assert_eq!(table.cluster_info().broker_addr_table.len(), 1);
+        assert_eq!(table.expire(BROKER_EXPIRY_MS_DEFAULT + 1).len(), 1);
+        assert!(table.cluster_info().broker_addr_table.is_empty());
+        assert!(table.cluster_info().cluster_addr_table.is_empty());
+        assert!(table.topic_list().topic_list.is_empty());
     }
 
     #[test]
