@@ -103,10 +103,17 @@ async fn serve_connection(
                 Err(_) => {
                     // Answers free permits, and the sends queued so far wait to be written.
                     broker.write_queued_sends();
-                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                        unreachable!("the in-flight semaphore is never closed");
-                    };
-                    permit
+                    // A peer that reads none of its answers for the idle timeout is given up,
+                    // as one that sends nothing is: it must not hold a connection slot forever.
+                    match tokio::time::timeout(idle, in_flight.clone().acquire_owned()).await {
+                        Ok(Ok(permit)) => permit,
+                        Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
+                        Err(_) => {
+                            tracing::debug!(peer = %connection.peer, "closing connection: answers unread for the idle timeout");
+                            writer_task.abort();
+                            return Ok(());
+                        }
+                    }
                 }
             };
             let oneway = request.is_oneway();

@@ -9,6 +9,7 @@ use bytes::BytesMut;
 use quiver_wire::code::response_code;
 use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -127,10 +128,14 @@ async fn serve_connection(
             if !request.is_oneway() {
                 encode_response(&request, &response, &mut output);
             }
+            // Answers to a long run of pipelined requests go out as they pile up, so a client
+            // that sends without reading holds one buffer's worth of them, not all.
+            if output.len() >= OUTPUT_BYTES_MAX {
+                write_out(&mut writer, &mut output, idle).await?;
+            }
         }
         if !output.is_empty() {
-            writer.write_all(&output).await?;
-            output.clear();
+            write_out(&mut writer, &mut output, idle).await?;
         }
         let read = tokio::time::timeout(idle, reader.read_buf(&mut input)).await;
         match read {
@@ -139,6 +144,32 @@ async fn serve_connection(
             Ok(Err(error)) => return Err(error),
         }
     }
+}
+
+/// Answers buffered before they are written out in the middle of a read's requests.
+const OUTPUT_BYTES_MAX: usize = 1024 * 1024;
+
+/// Writes `output` out; a peer that reads nothing for `idle` is given up, as one that sends
+/// nothing is, so it cannot hold a connection slot forever.
+async fn write_out(
+    writer: &mut OwnedWriteHalf,
+    output: &mut BytesMut,
+    idle: Duration,
+) -> std::io::Result<()> {
+    match tokio::time::timeout(idle, writer.write_all(output)).await {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer read nothing for the idle timeout",
+            ))
+        }
+    }
+    output.clear();
+    if output.capacity() > 4 * OUTPUT_BYTES_MAX {
+        *output = BytesMut::with_capacity(16 * 1024);
+    }
+    Ok(())
 }
 
 fn encode_response(request: &Command, response: &Command, output: &mut BytesMut) {
