@@ -414,6 +414,7 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
                 for group in broker.clients.expire(now_ms()) {
                     broker.notify_consumers_changed(&group);
                 }
+                broker.locks.expire(now_ms());
             }
         }
     }

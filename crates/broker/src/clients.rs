@@ -110,8 +110,12 @@ impl ClientTable {
         changed
     }
 
+    /// Removes a client that asked to leave, but only as registered over `connection`: as in
+    /// RocketMQ, one connection cannot unregister another's consumer (its queues would be
+    /// handed to others while it still pulls them).
     pub fn unregister(
         &self,
+        connection: ConnectionId,
         client_id: &str,
         producer_group: Option<&str>,
         consumer_group: Option<&str>,
@@ -119,17 +123,24 @@ impl ClientTable {
         let mut tables = self.lock();
         if let Some(group) = producer_group {
             if let Some(members) = tables.producers.get_mut(group) {
-                members.remove(client_id);
+                if members.get(client_id).is_some_and(|(id, _)| *id == connection) {
+                    members.remove(client_id);
+                }
             }
         }
         let mut changed = Vec::new();
         if let Some(group) = consumer_group {
             if let Some(members) = tables.consumers.get_mut(group) {
-                if members.remove(client_id).is_some() {
+                if members
+                    .get(client_id)
+                    .is_some_and(|member| member.connection.id == connection)
+                {
+                    members.remove(client_id);
                     changed.push(group.to_string());
                 }
             }
         }
+        tables.producers.retain(|_, members| !members.is_empty());
         tables.consumers.retain(|_, members| !members.is_empty());
         changed
     }
@@ -284,6 +295,17 @@ mod tests {
         assert_eq!(table.connection_closed(1), vec!["g"]);
         assert_eq!(table.consumer_ids("g"), vec!["c2".to_string()]);
         assert_eq!(table.expire(5 + CLIENT_EXPIRY_MS + 1), vec!["g"]);
+        assert!(table.consumer_ids("g").is_empty());
+    }
+
+    #[test]
+    fn only_the_clients_own_connection_unregisters_it() {
+        let table = ClientTable::default();
+        let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
+        table.heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0);
+        assert!(table.unregister(2, "c1", None, Some("g")).is_empty());
+        assert_eq!(table.consumer_ids("g"), vec!["c1".to_string()]);
+        assert_eq!(table.unregister(1, "c1", None, Some("g")), vec!["g"]);
         assert!(table.consumer_ids("g").is_empty());
     }
 }

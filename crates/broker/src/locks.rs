@@ -32,6 +32,9 @@ impl QueueLocks {
         now_ms: i64,
     ) -> Vec<MessageQueue> {
         let mut groups = self.groups.lock().expect("queue locks poisoned");
+        if queues.is_empty() && !groups.contains_key(group) {
+            return Vec::new();
+        }
         let held = groups.entry(group.to_string()).or_default();
         held.retain(|_, holder| now_ms - holder.renewed_ms <= LOCK_LEASE_MS);
         let mut granted = Vec::new();
@@ -50,7 +53,25 @@ impl QueueLocks {
                 granted.push(queue.clone());
             }
         }
+        if held.is_empty() {
+            groups.remove(group);
+        }
         granted
+    }
+
+    /// Drops lapsed locks and the groups left with none: a group whose clients all went away
+    /// without unlocking would otherwise stay forever.
+    pub fn expire(&self, now_ms: i64) {
+        let mut groups = self.groups.lock().expect("queue locks poisoned");
+        groups.retain(|_, held| {
+            held.retain(|_, holder| now_ms - holder.renewed_ms <= LOCK_LEASE_MS);
+            !held.is_empty()
+        });
+    }
+
+    #[cfg(test)]
+    fn group_count(&self) -> usize {
+        self.groups.lock().expect("queue locks poisoned").len()
     }
 
     /// Releases the queues `client_id` holds among `queues`; others' locks stay.
@@ -103,5 +124,18 @@ mod tests {
             locks.lock("g", "b", &[queue(1)], LOCK_LEASE_MS + 1),
             vec![queue(1)]
         );
+    }
+
+    #[test]
+    fn lapsed_locks_and_their_groups_are_swept() {
+        let locks = QueueLocks::default();
+        assert!(locks.lock("nobody", "a", &[], 0).is_empty());
+        assert_eq!(locks.group_count(), 0, "asking for nothing keeps no group");
+        locks.lock("g1", "a", &[queue(0)], 0);
+        locks.lock("g2", "a", &[queue(0)], 30_000);
+        locks.expire(LOCK_LEASE_MS + 1);
+        assert_eq!(locks.group_count(), 1);
+        locks.expire(30_000 + LOCK_LEASE_MS + 1);
+        assert_eq!(locks.group_count(), 0);
     }
 }

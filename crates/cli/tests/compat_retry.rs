@@ -303,3 +303,103 @@ fn only_the_broker_creates_dead_letter_topics_when_auto_create_is_off() {
     );
     assert_eq!(pull_all(&mut client, "%DLQ%payers", 0, 0).len(), 1);
 }
+
+#[test]
+fn a_send_back_to_a_read_only_retry_topic_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up_with_levels(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    assert_eq!(
+        client.create_topic("Work", 1).unwrap().code,
+        response_code::SUCCESS
+    );
+    let sent = client.send("Work", b"job", &options("TagA", "k")).unwrap();
+    assert_eq!(sent.code, response_code::SUCCESS);
+    let original = pull_all(&mut client, "Work", 0, 0).remove(0);
+    // %RETRY%drained readable only, as an operator closing it to writes would leave it.
+    let ext = ExtFields::new()
+        .with("topic", "%RETRY%drained")
+        .with("defaultTopic", "TBW102")
+        .with("readQueueNums", 1)
+        .with("writeQueueNums", 1)
+        .with("perm", 4)
+        .with("topicFilterType", "SINGLE_TAG");
+    let created = client
+        .call(Command::request(request_code::UPDATE_AND_CREATE_TOPIC, Encoding::Json).with_ext(ext))
+        .unwrap();
+    assert_eq!(created.code, response_code::SUCCESS);
+
+    let response = send_back(&mut client, &original, "drained", 16);
+    assert_eq!(response.code, response_code::NO_PERMISSION);
+    assert_eq!(
+        response.remark.as_deref(),
+        Some("the topic[%RETRY%drained] sending message is forbidden")
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(queue_is_empty(&mut client, "%RETRY%drained"));
+}
+
+#[test]
+fn a_pull_refused_for_an_unknown_queue_commits_no_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up_with_levels(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    assert_eq!(
+        client.create_topic("Work", 1).unwrap().code,
+        response_code::SUCCESS
+    );
+    let flags = quiver_wire::header::pull_sys_flag::COMMIT_OFFSET
+        | quiver_wire::header::pull_sys_flag::SUBSCRIPTION;
+    for (topic, queue_id, refusal) in [
+        ("Nowhere", 0, response_code::TOPIC_NOT_EXIST),
+        ("Work", 7, response_code::INVALID_PARAMETER),
+    ] {
+        let header = quiver_wire::header::PullMessageRequestHeader {
+            consumer_group: "g".into(),
+            topic: topic.into(),
+            queue_id,
+            queue_offset: 0,
+            max_msg_nums: 1,
+            sys_flag: flags,
+            commit_offset: 5,
+            suspend_timeout_millis: 0,
+            subscription: Some("*".into()),
+            sub_version: 0,
+            expression_type: Some("TAG".into()),
+            max_msg_bytes: None,
+        };
+        let response = client
+            .call(Command::request(request_code::PULL_MESSAGE, Encoding::Json).with_ext(header.to_ext()))
+            .unwrap();
+        assert_eq!(response.code, refusal, "{topic} {queue_id}");
+        let query = Command::request(request_code::QUERY_CONSUMER_OFFSET, Encoding::Json).with_ext(
+            ExtFields::new()
+                .with("consumerGroup", "g")
+                .with("topic", topic)
+                .with("queueId", queue_id),
+        );
+        assert_eq!(
+            client.call(query).unwrap().code,
+            response_code::QUERY_NOT_FOUND,
+            "no offset kept for {topic} {queue_id}"
+        );
+    }
+}
+
+#[test]
+fn a_negative_retry_budget_dead_letters_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up_with_levels(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    assert_eq!(
+        client.create_topic("Work", 1).unwrap().code,
+        response_code::SUCCESS
+    );
+    let sent = client.send("Work", b"job", &options("TagA", "k")).unwrap();
+    assert_eq!(sent.code, response_code::SUCCESS);
+    let original = pull_all(&mut client, "Work", 0, 0).remove(0);
+    let response = send_back(&mut client, &original, "eager", -1);
+    assert_eq!(response.code, response_code::SUCCESS, "{:?}", response.remark);
+    let dead = wait_for_messages(&mut client, "%DLQ%eager", 1);
+    assert_eq!(dead[0].body.as_ref(), b"job");
+}

@@ -50,9 +50,10 @@ pub fn heartbeat(broker: &Broker, request: &Command, connection: &Connection) ->
     Ok(request.response_to(response_code::SUCCESS).with_ext(ext))
 }
 
-pub fn unregister(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn unregister(broker: &Broker, request: &Command, connection: &Connection) -> Handled {
     let header = UnregisterClientRequestHeader::from_ext(ext_or_err(request)?)?;
     let changed = broker.clients.unregister(
+        connection.id,
         &header.client_id,
         header.producer_group.as_deref(),
         header.consumer_group.as_deref(),

@@ -39,7 +39,16 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
         let refusal = Refusal::new(response_code::SYSTEM_ERROR, error.to_string());
         return responder.reply(refusal.into_response(&request));
     }
-    if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
+    // Only for a queue the broker has: the offset table is persisted, and a pull that will be
+    // refused must not leave an entry in it.
+    let queue_exists = broker
+        .topics
+        .shape(&header.topic)
+        .is_some_and(|shape| (0..shape.read_queues).contains(&header.queue_id));
+    if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0
+        && header.commit_offset >= 0
+        && queue_exists
+    {
         broker.offsets.commit(
             &header.topic,
             &header.consumer_group,
@@ -69,8 +78,15 @@ fn park(
         // A message that landed between the first read and parking would not wake us: look once
         // more before sleeping.
         let already_there = broker.store.bounds(&header.topic, queue_id).max_offset > offset;
-        if let (Some(wake), false) = (wake, already_there) {
-            let _ = tokio::time::timeout(hold, wake).await;
+        match (wake, already_there) {
+            (_, true) => {}
+            (Some(wake), false) => {
+                let _ = tokio::time::timeout(hold, wake).await;
+            }
+            // Too many pulls parked to be woken by arrivals: this one still waits out its
+            // time (a Java consumer told "nothing new" at once would pull again at once, in a
+            // tight loop); the connection's in-flight limit bounds how many wait so.
+            (None, false) => tokio::time::sleep(hold).await,
         }
         let response = match pull_once(&broker, &request, &header, false) {
             Ok(Outcome::Answer(response)) => response,

@@ -16,7 +16,7 @@ use crate::broker::{now_ms, Broker};
 use crate::connection::Responder;
 use crate::delay;
 use crate::requeue;
-use crate::topic::{topic_config, DLQ_PREFIX, RETRY_PREFIX};
+use crate::topic::{topic_config, DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX};
 
 /// A group's retry budget when the consumer does not send one (RocketMQ's `retryMaxTimes`).
 pub(super) const MAX_RECONSUME_TIMES_DEFAULT: i32 = 16;
@@ -48,6 +48,15 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
 
 fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refusal> {
     let header = ConsumerSendMsgBackRequestHeader::from_ext(ext_or_err(request)?)?;
+    // As a send: a broker or topic closed to writes refuses, and the Java consumer then sends
+    // the retry through its producer to a broker that takes it.
+    if broker.config.broker_permission & PERM_WRITE == 0 {
+        let remark = format!(
+            "the broker[{}] sending message is forbidden",
+            broker.config.broker_name
+        );
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
     let position = u64::try_from(header.offset).map_err(|_| {
         let remark = format!("offset {} is negative", header.offset);
         Refusal::new(response_code::SYSTEM_ERROR, remark)
@@ -60,9 +69,9 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
         let remark = format!("message at offset {position} is unreadable: {e}");
         Refusal::new(response_code::SYSTEM_ERROR, remark)
     })?;
+    // A negative budget dead-letters at once, as in RocketMQ (Java clients send 16 for -1).
     let max_reconsume_times = header
         .max_reconsume_times
-        .filter(|times| *times >= 0)
         .unwrap_or(MAX_RECONSUME_TIMES_DEFAULT);
     let dead = original.reconsume_times >= max_reconsume_times || header.delay_level < 0;
     let destination = if dead {
@@ -71,6 +80,14 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
         format!("{RETRY_PREFIX}{}", header.group)
     };
     ensure_topic(broker, &destination)?;
+    if broker
+        .topics
+        .shape(&destination)
+        .is_some_and(|shape| shape.perm & PERM_WRITE == 0)
+    {
+        let remark = format!("the topic[{destination}] sending message is forbidden");
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
 
     let mut copy = original.clone();
     let mut properties = copy.properties.clone();
