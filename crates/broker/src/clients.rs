@@ -123,7 +123,10 @@ impl ClientTable {
         let mut tables = self.lock();
         if let Some(group) = producer_group {
             if let Some(members) = tables.producers.get_mut(group) {
-                if members.get(client_id).is_some_and(|(id, _)| *id == connection) {
+                if members
+                    .get(client_id)
+                    .is_some_and(|(id, _)| *id == connection)
+                {
                     members.remove(client_id);
                 }
             }

@@ -192,7 +192,12 @@ fn system_topics_and_bad_names_cannot_be_created_or_reshaped() {
     let request = Command::request(request_code::GET_TOPIC_CONFIG, Encoding::Json)
         .with_ext(ExtFields::new().with("topic", "BenchmarkTest"));
     let response = client.call(request).unwrap();
-    assert_eq!(response.code, response_code::SUCCESS, "{:?}", response.remark);
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
     let config: TopicConfig = body::from_json(&response.body).unwrap();
     assert_eq!(config.write_queue_nums, 8);
     // A name that merely resembles one is an ordinary topic.

@@ -369,7 +369,10 @@ fn a_pull_refused_for_an_unknown_queue_commits_no_offset() {
             max_msg_bytes: None,
         };
         let response = client
-            .call(Command::request(request_code::PULL_MESSAGE, Encoding::Json).with_ext(header.to_ext()))
+            .call(
+                Command::request(request_code::PULL_MESSAGE, Encoding::Json)
+                    .with_ext(header.to_ext()),
+            )
             .unwrap();
         assert_eq!(response.code, refusal, "{topic} {queue_id}");
         let query = Command::request(request_code::QUERY_CONSUMER_OFFSET, Encoding::Json).with_ext(
@@ -399,7 +402,12 @@ fn a_negative_retry_budget_dead_letters_at_once() {
     assert_eq!(sent.code, response_code::SUCCESS);
     let original = pull_all(&mut client, "Work", 0, 0).remove(0);
     let response = send_back(&mut client, &original, "eager", -1);
-    assert_eq!(response.code, response_code::SUCCESS, "{:?}", response.remark);
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
     let dead = wait_for_messages(&mut client, "%DLQ%eager", 1);
     assert_eq!(dead[0].body.as_ref(), b"job");
 }

@@ -17,7 +17,6 @@ pub const BROKER_EXPIRY_MS_DEFAULT: i64 = 120_000;
 struct LiveBroker {
     cluster: String,
     broker_name: String,
-    broker_id: i64,
     last_update_ms: i64,
     expiry_ms: i64,
     connection: Option<ConnectionId>,
@@ -114,7 +113,6 @@ impl RouteTable {
             LiveBroker {
                 cluster,
                 broker_name,
-                broker_id,
                 last_update_ms: now_ms,
                 expiry_ms: expiry_ms.unwrap_or(self.expiry_ms_default),
                 connection,
@@ -343,7 +341,10 @@ mod tests {
         assert!(table.unregister("127.0.0.1:1"));
         let route = table.route("T").expect("the slave still serves T");
         assert_eq!(
-            route.broker_datas[0].broker_addrs.get(&1).map(String::as_str),
+            route.broker_datas[0]
+                .broker_addrs
+                .get(&1)
+                .map(String::as_str),
             Some("127.0.0.1:2")
         );
         assert!(table.unregister("127.0.0.1:2"));
