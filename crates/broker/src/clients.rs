@@ -197,7 +197,9 @@ impl ClientTable {
     }
 
     /// The tag filter of `group` on `topic`, from the newest heartbeat that subscribed to it.
-    pub fn subscription(&self, group: &str, topic: &str) -> Option<TagFilter> {
+    /// The group's newest subscription to `topic` and its version (Java: the time the
+    /// consumer subscribed), from its members' heartbeats.
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<(TagFilter, i64)> {
         let tables = self.lock();
         let members = tables.consumers.get(group)?;
         members
@@ -210,7 +212,12 @@ impl ClientTable {
                     .find(|s| s.topic == topic)
             })
             .max_by_key(|subscription| subscription.sub_version)
-            .map(|subscription| TagFilter::parse(&subscription.sub_string))
+            .map(|subscription| {
+                (
+                    TagFilter::parse(&subscription.sub_string),
+                    subscription.sub_version,
+                )
+            })
     }
 
     /// Consumer groups subscribed to `topic`.
@@ -294,7 +301,10 @@ mod tests {
             table.consumer_ids("g"),
             vec!["c1".to_string(), "c2".to_string()]
         );
-        assert_eq!(table.subscription("g", "T"), Some(TagFilter::parse("TagA")));
+        assert_eq!(
+            table.subscription("g", "T"),
+            Some((TagFilter::parse("TagA"), 2))
+        );
         assert_eq!(table.connection_closed(1), vec!["g"]);
         assert_eq!(table.consumer_ids("g"), vec!["c2".to_string()]);
         assert_eq!(table.expire(5 + CLIENT_EXPIRY_MS + 1), vec!["g"]);

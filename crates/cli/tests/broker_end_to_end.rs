@@ -614,3 +614,46 @@ fn a_client_with_more_requests_in_flight_than_the_limit_gets_every_answer_in_ord
     }
     sender.join().unwrap();
 }
+
+#[test]
+fn a_pull_newer_than_the_groups_heartbeat_is_told_its_subscription_is_not_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Subs", 1).unwrap();
+    let heartbeat = r#"{"clientID":"c1","consumerDataSet":[{"consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"sg","messageModel":"CLUSTERING","subscriptionDataSet":[{"classFilterMode":false,"codeSet":[],"expressionType":"TAG","subString":"TagA","subVersion":100,"tagsSet":["TagA"],"topic":"Subs"}],"unitMode":false}],"producerDataSet":[]}"#;
+    let response = client
+        .call(
+            Command::request(request_code::HEART_BEAT, Encoding::Json)
+                .with_body(heartbeat.as_bytes().to_vec()),
+        )
+        .unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+    // A push consumer's pull: no subscription in it, only the version it has.
+    let pull = |version: i64| {
+        let header = quiver_wire::header::PullMessageRequestHeader {
+            consumer_group: "sg".into(),
+            topic: "Subs".into(),
+            queue_id: 0,
+            queue_offset: 0,
+            max_msg_nums: 32,
+            sys_flag: 0,
+            commit_offset: 0,
+            suspend_timeout_millis: 0,
+            subscription: None,
+            sub_version: version,
+            expression_type: None,
+            max_msg_bytes: None,
+        };
+        Command::request(request_code::PULL_MESSAGE, Encoding::Json).with_ext(header.to_ext())
+    };
+    let response = client.call(pull(200)).unwrap();
+    assert_eq!(response.code, response_code::SUBSCRIPTION_NOT_LATEST);
+    let response = client.call(pull(100)).unwrap();
+    assert_eq!(
+        response.code,
+        response_code::PULL_NOT_FOUND,
+        "{:?}",
+        response.remark
+    );
+}

@@ -202,11 +202,23 @@ fn filter_for(broker: &Broker, header: &PullMessageRequestHeader) -> Result<TagF
             header.subscription.as_deref().unwrap_or("*"),
         ));
     }
-    broker.clients.subscription(&header.consumer_group, &header.topic).ok_or_else(|| {
-        let remark = format!(
-            "the consumer's subscription of group {} to topic {} does not exist; send a heartbeat first",
-            header.consumer_group, header.topic
-        );
-        Refusal::new(response_code::SUBSCRIPTION_NOT_EXIST, remark)
-    })
+    let (filter, version) = broker
+        .clients
+        .subscription(&header.consumer_group, &header.topic)
+        .ok_or_else(|| {
+            let remark = format!(
+                "the consumer's subscription of group {} to topic {} does not exist; send a heartbeat first",
+                header.consumer_group, header.topic
+            );
+            Refusal::new(response_code::SUBSCRIPTION_NOT_EXIST, remark)
+        })?;
+    // The consumer changed its subscription and this pull overtook the heartbeat saying so:
+    // filtering by the old one would skip, for good, messages the new one wants.
+    if version < header.sub_version {
+        return Err(Refusal::new(
+            response_code::SUBSCRIPTION_NOT_LATEST,
+            "the consumer's subscription not latest",
+        ));
+    }
+    Ok(filter)
 }
