@@ -87,6 +87,17 @@ fn wait_for_messages(client: &mut WireClient, topic: &str, count: usize) -> Vec<
     .unwrap_or_else(|| panic!("{count} messages in {topic} within 20 s"))
 }
 
+/// Creates topic `Work`, sends one message `job` to it and returns it as stored.
+fn one_stored_job(client: &mut WireClient) -> StoredMessage {
+    assert_eq!(
+        client.create_topic("Work", 1).unwrap().code,
+        response_code::SUCCESS
+    );
+    let sent = client.send("Work", b"job", &options("TagA", "k")).unwrap();
+    assert_eq!(sent.code, response_code::SUCCESS);
+    pull_all(client, "Work", 0, 0).remove(0)
+}
+
 fn queue_is_empty(client: &mut WireClient, topic: &str) -> bool {
     let response = client.pull(topic, "test_group", 0, 0, 32, 0).expect("pull");
     response.code != response_code::SUCCESS
@@ -309,13 +320,7 @@ fn a_send_back_to_a_read_only_retry_topic_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let quiver = up_with_levels(dir.path());
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
-    assert_eq!(
-        client.create_topic("Work", 1).unwrap().code,
-        response_code::SUCCESS
-    );
-    let sent = client.send("Work", b"job", &options("TagA", "k")).unwrap();
-    assert_eq!(sent.code, response_code::SUCCESS);
-    let original = pull_all(&mut client, "Work", 0, 0).remove(0);
+    let original = one_stored_job(&mut client);
     // %RETRY%drained readable only, as an operator closing it to writes would leave it.
     let ext = ExtFields::new()
         .with("topic", "%RETRY%drained")
@@ -394,13 +399,7 @@ fn a_negative_retry_budget_dead_letters_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let quiver = up_with_levels(dir.path());
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
-    assert_eq!(
-        client.create_topic("Work", 1).unwrap().code,
-        response_code::SUCCESS
-    );
-    let sent = client.send("Work", b"job", &options("TagA", "k")).unwrap();
-    assert_eq!(sent.code, response_code::SUCCESS);
-    let original = pull_all(&mut client, "Work", 0, 0).remove(0);
+    let original = one_stored_job(&mut client);
     let response = send_back(&mut client, &original, "eager", -1);
     assert_eq!(
         response.code,
