@@ -46,10 +46,11 @@ impl Tally {
         let mut bytes = 0;
         for message in messages {
             // Clocks of other hosts may run ahead; a negative span is recorded as the minimum.
-            let b2c_ms = (now_ms - message.born_timestamp).max(0) as u64;
-            let s2c_ms = (now_ms - message.store_timestamp).max(0) as u64;
-            self.b2c.record(shard, b2c_ms * 1_000);
-            self.s2c.record(shard, s2c_ms * 1_000);
+            // A producer sets the born time: a corrupt one must not overflow.
+            let b2c_ms = now_ms.saturating_sub(message.born_timestamp).max(0) as u64;
+            let s2c_ms = now_ms.saturating_sub(message.store_timestamp).max(0) as u64;
+            self.b2c.record(shard, b2c_ms.saturating_mul(1_000));
+            self.s2c.record(shard, s2c_ms.saturating_mul(1_000));
             bytes += message.body.len() as u64;
         }
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -172,6 +173,7 @@ async fn report_loop(
     let mut measure_start = MeasureStart {
         at: start,
         counters: Counters::default(),
+        warmed_up: run.warmup <= 0.0,
     };
     let mut b2c_measured: Histogram<u64> = new_histogram();
     let mut s2c_measured: Histogram<u64> = new_histogram();
@@ -203,7 +205,11 @@ async fn report_loop(
             let _ = b2c_measured.add(&b2c);
             let _ = s2c_measured.add(&s2c);
         } else if interval.ends_warmup {
-            measure_start = MeasureStart { at: now, counters };
+            measure_start = MeasureStart {
+                at: now,
+                counters,
+                warmed_up: true,
+            };
         }
         if let Some(stop) = stopped_by {
             if stop == Stop::Interrupted {

@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(short = 'n', long = "namesrv", default_value = "127.0.0.1:9876")]
     pub namesrv: String,
     /// Stop after this many messages (warm-up included).
-    #[arg(long, conflicts_with = "duration")]
+    #[arg(long, conflicts_with = "duration", value_parser = clap::value_parser!(u64).range(1..))]
     pub messages: Option<u64>,
     /// Measure for this many seconds after the warm-up (default: until Ctrl-C).
     #[arg(long, value_parser = positive_seconds)]
@@ -46,7 +46,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0.0, value_parser = seconds)]
     pub warmup: f64,
     /// Seconds between report lines.
-    #[arg(long = "report-interval", default_value_t = 10.0, value_parser = positive_seconds)]
+    #[arg(long = "report-interval", default_value_t = 10.0, value_parser = report_seconds)]
     pub report_interval: f64,
     /// Also write parameters, every interval, the summary and the machine to this JSON file.
     #[arg(long)]
@@ -86,7 +86,7 @@ pub struct ProduceArgs {
     pub async_window: u32,
     #[arg(long, default_value = "benchmark_producer")]
     pub group: String,
-    #[arg(long = "send-timeout-ms", default_value_t = 3_000)]
+    #[arg(long = "send-timeout-ms", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub send_timeout_ms: u64,
     #[command(flatten)]
     pub run: RunArgs,
@@ -112,10 +112,25 @@ fn seconds(text: &str) -> Result<f64, String> {
     let value: f64 = text
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if value.is_finite() && value >= 0.0 {
+    if value.is_finite() && (0.0..=SECONDS_MAX).contains(&value) {
         Ok(value)
     } else {
-        Err(format!("{text} must be zero or more seconds"))
+        Err(format!("{text} must be from 0 to {SECONDS_MAX} seconds"))
+    }
+}
+
+/// Longer than any run (about 31 years), and far from where `Instant` arithmetic overflows.
+const SECONDS_MAX: f64 = 1e9;
+
+/// Report lines more often than this would be noise, and a run keeps every one for `--json`.
+const REPORT_INTERVAL_MIN_S: f64 = 0.1;
+
+fn report_seconds(text: &str) -> Result<f64, String> {
+    match seconds(text)? {
+        value if value >= REPORT_INTERVAL_MIN_S => Ok(value),
+        _ => Err(format!(
+            "{text} must be at least {REPORT_INTERVAL_MIN_S} seconds"
+        )),
     }
 }
 

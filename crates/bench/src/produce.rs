@@ -19,8 +19,13 @@ use crate::report::{progress, Counters, Goal, MeasureStart, ProduceInterval, Sum
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ProduceArgs};
 
-/// How long the run waits for sends still in flight after it stopped.
-const DRAIN_GRACE_MS: u64 = 2_000;
+/// How long the run waits for sends still in flight after it stopped, beyond the send timeout
+/// that bounds each of them.
+const DRAIN_GRACE_MS: u64 = 1_000;
+/// A sender's pause after a failed send (the Java benchmark Producer sleeps 3 s).
+const FAILURE_BACKOFF: Duration = Duration::from_secs(3);
+/// How often a sleeping sender looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(50);
 /// Resolution of tokio's timer.
 const TIMER_TICK: Duration = Duration::from_millis(1);
 /// Brokers register with the name server asynchronously, so a cluster that has just started
@@ -50,6 +55,7 @@ struct Shared {
     stop: AtomicBool,
     running: AtomicUsize,
     all_done: Notify,
+    send_timeout_ms: u64,
 }
 
 /// `--rate`: message n is due at start + n / rate, whatever happened to earlier ones.
@@ -90,13 +96,14 @@ impl Shared {
         before.clamp(0, wanted as i64) as usize
     }
 
+    /// Counts a send of `count` messages; false when it failed.
     fn finish(
         &self,
         task: usize,
         started: Instant,
         count: usize,
         result: Result<SendResult, ClientError>,
-    ) {
+    ) -> bool {
         match result {
             Ok(_) => {
                 let latency_us = started.elapsed().as_micros() as u64;
@@ -104,14 +111,38 @@ impl Shared {
                 self.messages.fetch_add(count as u64, Ordering::Relaxed);
                 self.bytes
                     .fetch_add((count * self.message.body.len()) as u64, Ordering::Relaxed);
+                return true;
             }
+            // Failures count messages, as throughput does, so a batch counts as its size.
             Err(ClientError::Refused { .. }) => {
-                self.response_failed.fetch_add(1, Ordering::Relaxed);
+                self.response_failed
+                    .fetch_add(count as u64, Ordering::Relaxed);
             }
             Err(_) => {
-                self.send_failed.fetch_add(1, Ordering::Relaxed);
+                self.send_failed.fetch_add(count as u64, Ordering::Relaxed);
             }
         }
+        false
+    }
+
+    /// Sleeps until `until` or the stop, whichever is first; false when stopped.
+    async fn sleep_until(&self, until: Instant) -> bool {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            tokio::time::sleep_until((now + STOP_CHECK).min(until)).await;
+        }
+    }
+
+    /// After a failed send, as RocketMQ's benchmark Producer does: a broker that is gone or
+    /// refusing is not hammered by every sender in a tight loop.
+    async fn back_off(&self) {
+        self.sleep_until(Instant::now() + FAILURE_BACKOFF).await;
     }
 }
 
@@ -165,6 +196,7 @@ pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
         stop: AtomicBool::new(false),
         running: AtomicUsize::new(args.senders as usize),
         all_done: Notify::new(),
+        send_timeout_ms: args.send_timeout_ms,
     });
     let senders: Vec<_> = (0..args.senders as usize)
         .map(|task| {
@@ -326,17 +358,22 @@ fn with_current_key(message: &mut Message, second: &mut u64) {
 /// Waits for a paced send's due time; returns the instant its latency counts from.
 ///
 /// The timer fires on whole milliseconds, at or after its deadline, so waiting for `due`
-/// itself would add up to 1 ms of the tool's own lateness to every latency. Waking 1 ms early
-/// and counting from the later of `due` and the actual start keeps that out, while a send that
-/// is late for any other reason (a stall, every sender busy) still counts from when it was due.
-async fn wait_for(due: Option<Instant>) -> Instant {
+/// itself would add up to 1 ms of the tool's own lateness to every latency. The send wakes up
+/// to 1 ms early instead, and counts from the earlier of `due` and its actual start: a send that
+/// starts early is timed from when it started (counting from `due` would leave out the part
+/// before it), and one that is late for any other reason (a stall, every sender busy) still
+/// counts from when it was due.
+/// None when the run stopped meanwhile.
+async fn wait_for(shared: &Shared, due: Option<Instant>) -> Option<Instant> {
     let Some(due) = due else {
-        return Instant::now();
+        return Some(Instant::now());
     };
     if let Some(wake) = due.checked_sub(TIMER_TICK) {
-        tokio::time::sleep_until(wake).await;
+        if !shared.sleep_until(wake).await {
+            return None;
+        }
     }
-    due.max(Instant::now())
+    Some(due.min(Instant::now()))
 }
 
 async fn send_loop(task: usize, shared: &Shared) {
@@ -349,12 +386,13 @@ async fn send_loop(task: usize, shared: &Shared) {
             return;
         }
         let due = shared.pacer.as_ref().map(|pacer| pacer.next(count as u64));
-        let started = wait_for(due).await;
+        let Some(started) = wait_for(shared, due).await else {
+            return;
+        };
         let result = if shared.batch > 1 {
             if shared.keys {
-                batch
-                    .iter_mut()
-                    .for_each(|m| with_current_key(m, &mut second));
+                with_current_key(&mut message, &mut second);
+                batch.iter_mut().for_each(|m| m.keys = message.keys.clone());
             }
             shared.producer.send_batch(&batch[..count]).await
         } else {
@@ -363,7 +401,9 @@ async fn send_loop(task: usize, shared: &Shared) {
             }
             shared.producer.send(&message).await
         };
-        shared.finish(task, started, count, result);
+        if !shared.finish(task, started, count, result) {
+            shared.back_off().await;
+        }
     }
 }
 
@@ -380,7 +420,9 @@ async fn send_async_loop(task: usize, shared: &Arc<Shared>, window: usize) {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
-        let started = wait_for(due).await;
+        let Some(started) = wait_for(shared, due).await else {
+            break;
+        };
         if shared.keys {
             with_current_key(&mut message, &mut second);
         }
@@ -392,7 +434,10 @@ async fn send_async_loop(task: usize, shared: &Arc<Shared>, window: usize) {
                 Some(batch) => shared.producer.send_batch(&batch).await,
                 None => shared.producer.send(&single).await,
             };
-            shared.finish(task, started, count, result);
+            if !shared.finish(task, started, count, result) {
+                // Holding the permit meanwhile keeps this sender's window from refilling.
+                shared.back_off().await;
+            }
             drop(permit);
         });
     }
@@ -417,6 +462,7 @@ async fn report_loop(
     let mut measure_start = MeasureStart {
         at: start,
         counters: Counters::default(),
+        warmed_up: run.warmup <= 0.0,
     };
     let mut phase_max_ms = 0.0f64;
     let mut measured: Histogram<u64> = new_histogram();
@@ -460,7 +506,11 @@ async fn report_loop(
             if interval.ends_warmup {
                 phase_start = counters;
                 phase_max_ms = 0.0;
-                measure_start = MeasureStart { at: now, counters };
+                measure_start = MeasureStart {
+                    at: now,
+                    counters,
+                    warmed_up: true,
+                };
             }
         } else {
             let _ = measured.add(&histogram);
@@ -478,7 +528,7 @@ async fn report_loop(
 
 /// Waits for the senders to see the stop flag and their last sends to come back.
 async fn drain(shared: &Shared) {
-    let grace = Duration::from_millis(DRAIN_GRACE_MS);
+    let grace = Duration::from_millis(shared.send_timeout_ms + DRAIN_GRACE_MS);
     let _ = tokio::time::timeout(grace, async {
         while shared.running.load(Ordering::Acquire) > 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -154,6 +154,8 @@ impl ProduceInterval {
 /// The whole measured part of a run (after warm-up).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Summary {
+    /// False when the run stopped before its warm-up ended: the figures are warm-up figures.
+    pub measured: bool,
     pub measured_s: f64,
     pub counters: Counters,
     pub throughput: Throughput,
@@ -168,6 +170,8 @@ pub struct Summary {
 pub struct MeasureStart {
     pub at: Instant,
     pub counters: Counters,
+    /// Whether the warm-up is over (or there was none).
+    pub warmed_up: bool,
 }
 
 impl MeasureStart {
@@ -181,13 +185,15 @@ impl MeasureStart {
         run_start: Instant,
         cpu_at_start: f64,
     ) -> Summary {
-        Summary::new(
+        let mut summary = Summary::new(
             (now - self.at).as_secs_f64(),
             counters.since(&self.counters),
             latency,
             process_cpu_s() - cpu_at_start,
             (now - run_start).as_secs_f64(),
-        )
+        );
+        summary.measured = self.warmed_up;
+        summary
     }
 }
 
@@ -202,6 +208,7 @@ impl Summary {
         wall_s: f64,
     ) -> Summary {
         Summary {
+            measured: true,
             measured_s,
             counters,
             throughput: Throughput::of(&counters, measured_s),
@@ -212,6 +219,12 @@ impl Summary {
     }
 
     pub fn lines(&self, latency_name: &str) -> Vec<String> {
+        if !self.measured {
+            return vec![format!(
+                "Stopped during warm-up: nothing was measured ({} messages in {:.1}s of warm-up)",
+                self.counters.messages, self.measured_s
+            )];
+        }
         vec![
             format!(
                 "Summary over {:.1}s after warm-up: {} messages, {:.0} msg/s, {}, send failed {}, response failed {}",

@@ -47,7 +47,19 @@ fn bad_flags_are_refused_with_the_reason() {
     );
     assert_fails(
         &bench(&["produce", "--report-interval", "0"]),
-        "more than zero seconds",
+        "must be at least 0.1 seconds",
+    );
+    assert_fails(
+        &bench(&["produce", "--duration", "1e20"]),
+        "must be from 0 to 1000000000 seconds",
+    );
+    assert_fails(
+        &bench(&["produce", "--messages", "0"]),
+        "invalid value '0' for '--messages",
+    );
+    assert_fails(
+        &bench(&["produce", "--send-timeout-ms", "0"]),
+        "invalid value '0' for '--send-timeout-ms",
     );
     assert_fails(
         &bench(&["produce", "--batch", "5000"]),
@@ -140,6 +152,32 @@ fn produce_then_consume_report_and_write_json() {
         .as_array()
         .expect("intervals")
         .is_empty());
+
+    // Done before its warm-up ended: no figures are passed off as measured ones.
+    let json = dir.path().join("warmup.json");
+    let early = bench(&[
+        "produce",
+        "-n",
+        &namesrv,
+        "-t",
+        "BenchWarmup",
+        "--messages",
+        "20",
+        "--warmup",
+        "60",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = text(&early.stdout);
+    assert!(early.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("Stopped during warm-up: nothing was measured (20 messages"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("Summary over"), "{stdout}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid json");
+    assert_eq!(record["summary"]["measured"], false);
 
     let consumed = bench(&[
         "consume",
