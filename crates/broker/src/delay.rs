@@ -108,6 +108,9 @@ pub struct DelayOffsets {
     path: PathBuf,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
+    /// Held from taking a snapshot to its rename: two writers (the periodic one and shutdown's)
+    /// would otherwise share the temporary file, or the older snapshot could land last.
+    persisting: Mutex<()>,
 }
 
 impl DelayOffsets {
@@ -123,6 +126,7 @@ impl DelayOffsets {
             path,
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
+            persisting: Mutex::new(()),
         })
     }
 
@@ -141,6 +145,7 @@ impl DelayOffsets {
     }
 
     pub fn persist_if_dirty(&self) -> std::io::Result<()> {
+        let _persisting = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }

@@ -23,6 +23,9 @@ pub struct ConsumerOffsets {
     path: PathBuf,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
+    /// Held from taking a snapshot to its rename: two writers (the periodic one and shutdown's)
+    /// would otherwise share the temporary file, or the older snapshot could land last.
+    persisting: Mutex<()>,
 }
 
 fn key(topic: &str, group: &str) -> String {
@@ -42,6 +45,7 @@ impl ConsumerOffsets {
             path,
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
+            persisting: Mutex::new(()),
         })
     }
 
@@ -90,6 +94,7 @@ impl ConsumerOffsets {
 
     /// Writes the table if it changed since the last write.
     pub fn persist_if_dirty(&self) -> std::io::Result<()> {
+        let _persisting = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }

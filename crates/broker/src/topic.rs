@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use quiver_wire::body::{self, DataVersion, TopicConfig, TopicConfigSerializeWrapper};
 use serde::{Deserialize, Serialize};
@@ -148,6 +148,9 @@ struct TopicsFile {
 pub struct TopicTable {
     path: PathBuf,
     inner: RwLock<TopicsFile>,
+    /// Held from taking a snapshot to its rename: two topics created at once would otherwise
+    /// share the temporary file, or the older snapshot could land last.
+    persisting: Mutex<()>,
 }
 
 pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
@@ -184,6 +187,7 @@ impl TopicTable {
         let table = TopicTable {
             path,
             inner: RwLock::new(file),
+            persisting: Mutex::new(()),
         };
         if auto_create_topic {
             table.create_if_absent(topic_config(
@@ -271,6 +275,7 @@ impl TopicTable {
     }
 
     fn persist(&self) -> Result<(), TopicError> {
+        let _persisting = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = body::to_json(&*self.inner.read().expect("topic table lock poisoned"));
         persist::write_atomically(&self.path, &bytes).map_err(|e| TopicError::Persist {
             path: self.path.display().to_string(),
@@ -306,6 +311,36 @@ mod tests {
         assert!(validate_topic_name("has space").is_err());
         assert!(validate_topic_name(&"x".repeat(128)).is_err());
         assert!(validate_topic_name(&format!("%RETRY%{}", "g".repeat(200))).is_ok());
+    }
+
+    #[test]
+    fn topics_created_at_once_from_many_threads_all_reach_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/topics.json");
+        let table = std::sync::Arc::new(TopicTable::open(path.clone(), true, 1).expect("open"));
+        let threads: Vec<_> = (0..8)
+            .map(|thread| {
+                let table = table.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        let name = format!("T{thread}-{i}-{}", "x".repeat(i * 4));
+                        table
+                            .create_if_absent(topic_config(&name, 4, 6))
+                            .expect("create");
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("thread");
+        }
+        let reopened = TopicTable::open(path, true, 2).expect("the file is whole");
+        for thread in 0..8 {
+            for i in 0..25 {
+                let name = format!("T{thread}-{i}-{}", "x".repeat(i * 4));
+                assert!(reopened.shape(&name).is_some(), "{name} on disk");
+            }
+        }
     }
 
     #[test]
