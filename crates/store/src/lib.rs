@@ -438,7 +438,8 @@ impl Store {
     }
 
     /// Stops accepting appends, completes what is queued, flushes everything, writes the
-    /// checkpoint, removes the abort file, joins the threads. Idempotent.
+    /// checkpoint, removes the abort file, joins the threads, lets go of the directory's lock.
+    /// Idempotent.
     /// Do not call it from an append callback: it waits for the threads that run callbacks.
     pub fn close(&self) -> Result<(), OpenError> {
         let mut closed = self.inner.closed.lock().expect("close lock poisoned");
@@ -455,6 +456,8 @@ impl Store {
         }
         checkpoint::sync_parent_dir(abort).map_err(|e| OpenError::io(abort, &e))?;
         *closed = true;
+        // Closed: the directory is free for the next open, even while this handle lives on.
+        let _ = self.inner.shared.lock.unlock();
         Ok(())
     }
 }

@@ -45,6 +45,8 @@ pub struct Shared {
     pub preallocation: Preallocation,
     /// Serializes checkpoint writers; holds the last checkpoint written.
     pub checkpoint: Mutex<Checkpoint>,
+    /// The store directory's lock, held while the store is open.
+    pub lock: std::fs::File,
 }
 
 impl Shared {

@@ -6,7 +6,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use common::*;
 use quiver_store::record::tags_code;
 use quiver_store::{
-    AppendError, AppendRequest, Boundary, FlushMode, FlushStatus, ReadError, ReadStatus, Store,
+    AppendError, AppendRequest, Boundary, FlushMode, FlushStatus, OpenError, ReadError, ReadStatus,
+    Store,
 };
 
 #[test]
@@ -499,4 +500,22 @@ fn a_key_query_stops_at_what_one_answer_frame_can_hold() {
     assert_eq!(found.len(), 2);
     assert!(found.iter().map(Vec::len).sum::<usize>() <= 12 * 1024 * 1024);
     store.close().expect("close");
+}
+
+#[test]
+fn a_second_open_of_a_store_in_use_is_refused_until_the_first_closes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    append(&store, vec![simple("T", 0, b"kept")]).expect("append");
+    match Store::open(small_config(dir.path())) {
+        Err(OpenError::Locked(message)) => {
+            assert!(message.contains("another broker"), "{message}")
+        }
+        Err(other) => panic!("expected Locked, got {other}"),
+        Ok(_) => panic!("two stores opened on one directory"),
+    }
+    store.close().expect("close");
+    drop(store);
+    let (store, _) = Store::open(small_config(dir.path())).expect("reopen after close");
+    assert_eq!(store.bounds("T", 0).max_offset, 1);
 }
