@@ -82,19 +82,24 @@ impl Segments {
                     path: path.display().to_string(),
                     position: 0,
                     reason: format!(
-                        "segment does not follow {} (segment size {segment_bytes}): a segment is missing",
+                        "segment does not follow {} (segment size {segment_bytes}): a segment is \
+                         missing, or mappedFileSizeCommitLog was changed (set it back)",
                         segment_name(bases[i - 1])
                     ),
                 });
             }
             let file = open_read_write(&path, false).map_err(|e| OpenError::io(&path, &e))?;
             let length = file.metadata().map_err(|e| OpenError::io(&path, &e))?.len();
-            // The last segment may carry a torn tail past its size; recovery cuts it.
+            // Records never cross a segment's end, so a longer segment before the last was
+            // written under a larger mappedFileSizeCommitLog (the last: see recovery).
             if length > segment_bytes && i + 1 < bases.len() {
                 return Err(OpenError::Corrupt {
                     path: path.display().to_string(),
                     position: segment_bytes,
-                    reason: format!("segment is longer than the segment size {segment_bytes}"),
+                    reason: format!(
+                        "segment is longer than the segment size {segment_bytes}: was \
+                         mappedFileSizeCommitLog lowered? Set it back to open this store"
+                    ),
                 });
             }
             files.insert(*base, Arc::new(file));

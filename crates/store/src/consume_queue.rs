@@ -112,10 +112,20 @@ impl ConsumeQueue {
             let Some(start_byte) = parse_segment_name(&name.to_string_lossy()) else {
                 continue;
             };
-            if start_byte % file_bytes != 0 {
-                continue;
-            }
             let file = open_read_write(&entry.path(), false)?;
+            // Files of another size were written under another mappedFileSizeConsumeQueue:
+            // reading them with this one would misplace every entry, and skipping them would
+            // hide the queue's messages.
+            if start_byte % file_bytes != 0 || file.metadata()?.len() > file_bytes {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} does not fit ConsumeQueue files of {entries_per_file} entries: was \
+                         mappedFileSizeConsumeQueue changed? Set it back to open this store",
+                        entry.path().display()
+                    ),
+                ));
+            }
             files.insert(start_byte / file_bytes, Arc::new(file));
         }
         let queue = ConsumeQueue {

@@ -341,6 +341,20 @@ impl Scan<'_> {
             return Ok(0);
         };
         let last_length = self.length(last)?;
+        // Records never cross a segment's end. After a crash, bytes past it are a torn write
+        // and are cut below; after a clean stop nothing can have been torn, so the segment was
+        // written under a larger mappedFileSizeCommitLog, and cutting it would delete stored
+        // messages.
+        if last_length > segment_bytes && !self.report.crashed {
+            return Err(OpenError::Corrupt {
+                path: self.segments.path(last).display().to_string(),
+                position: segment_bytes,
+                reason: format!(
+                    "segment is longer than the segment size {segment_bytes}: was \
+                     mappedFileSizeCommitLog lowered? Set it back to open this store"
+                ),
+            });
+        }
         // A checkpoint outside the files (files removed or cut by hand): rescan what is there.
         let mut start = start.max(first);
         if start > last + last_length && start != last + segment_bytes {
@@ -352,6 +366,7 @@ impl Scan<'_> {
             let (_, file) = self.segments.find(base).expect("listed segment is open");
             let mut length = self.length(base)?;
             if is_last && length > segment_bytes {
+                // A torn write after a crash (see above): it goes.
                 file.set_len(segment_bytes)
                     .map_err(|e| OpenError::io(&self.segments.path(base), &e))?;
                 self.report.truncated_bytes += length - segment_bytes;

@@ -457,3 +457,42 @@ fn a_missing_consume_queue_file_costs_its_entries_not_the_queue() {
     assert_eq!(skipped.status, ReadStatus::NoMatchedMessage);
     assert_eq!(skipped.next_offset, 2 * per_file);
 }
+
+#[test]
+fn a_store_reopened_with_smaller_files_is_refused_and_keeps_its_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut larger = small_config(dir.path());
+    larger.segment_bytes = 1 << 20;
+    let (store, _) = Store::open(larger.clone()).expect("open");
+    let written = fill(&store, 40);
+    store.close().expect("close");
+    drop(store);
+    let length_before = std::fs::metadata(last_segment(dir.path()))
+        .expect("segment")
+        .len();
+
+    let error = Store::open(small_config(dir.path()))
+        .err()
+        .expect("a lowered segment size is refused")
+        .to_string();
+    assert!(error.contains("mappedFileSizeCommitLog"), "{error}");
+    assert_eq!(
+        std::fs::metadata(last_segment(dir.path()))
+            .expect("segment")
+            .len(),
+        length_before,
+        "nothing cut"
+    );
+
+    let mut fewer_entries = larger.clone();
+    fewer_entries.consume_queue_entries_per_file = 4;
+    let error = Store::open(fewer_entries)
+        .err()
+        .expect("a smaller ConsumeQueue file size is refused")
+        .to_string();
+    assert!(error.contains("mappedFileSizeConsumeQueue"), "{error}");
+
+    let (store, report) = Store::open(larger).expect("the old sizes still open it");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_all_readable(&store, &written);
+}
