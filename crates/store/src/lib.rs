@@ -34,7 +34,7 @@ pub use types::{
 };
 
 use appender::{AppendJob, Appender, SyncBatch};
-pub use retention::{DiskSpace, RetentionError, RetentionReport};
+pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
 pub use shared::ArrivalListener;
 use shared::Shared;
 

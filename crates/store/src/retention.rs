@@ -46,8 +46,14 @@ fn modified_ms(path: &Path) -> io::Result<i64> {
         .map_or(0, |d| d.as_millis() as i64))
 }
 
-/// Deletes sealed segments last written more than `reserve_ms` before `now_ms` (all sealed
-/// segments when `at_once`), oldest first, stopping at the first one that is kept.
+/// Segments one round deletes at most (RocketMQ's `deleteFileBatchMax`): a disk past the
+/// forced-cleaning mark, full of other data perhaps, loses the oldest few each round (every
+/// 10 s), not every sealed segment at once.
+pub const SEGMENTS_PER_ROUND_MAX: usize = 10;
+
+/// Deletes sealed segments last written more than `reserve_ms` before `now_ms` (any sealed
+/// segment when `at_once`), oldest first, stopping at the first one that is kept and after
+/// `SEGMENTS_PER_ROUND_MAX`.
 pub fn delete_expired(
     shared: &Shared,
     now_ms: i64,
@@ -65,7 +71,7 @@ pub fn delete_expired(
         .iter()
         .take(bases.len().saturating_sub(1))
         .filter(|&&base| base + shared.config.segment_bytes <= written);
-    for &base in sealed {
+    for &base in sealed.take(SEGMENTS_PER_ROUND_MAX) {
         let path = shared.segments.path(base);
         let expired = at_once
             || modified_ms(&path)

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use quiver_store::{AppendError, ReadStatus, Store, StoreConfig};
+use quiver_store::{AppendError, ReadStatus, Store, StoreConfig, SEGMENTS_PER_ROUND_MAX};
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -93,11 +93,29 @@ fn expired_segments_go_with_their_consume_queue_and_index_files() {
     assert_eq!(kept.segments_deleted, 0);
     assert_eq!(store.bounds("T", 0).min_offset, 0);
 
-    let report = store
-        .delete_expired(now_ms() + 73 * HOUR_MS, 72 * HOUR_MS as u64, false)
+    // Every sealed segment is older than the reserve; the active one stays. A round deletes
+    // at most SEGMENTS_PER_ROUND_MAX of them.
+    let later = now_ms() + 73 * HOUR_MS;
+    let mut report = store
+        .delete_expired(later, 72 * HOUR_MS as u64, false)
         .expect("retention");
-    // Every sealed segment is older than the reserve; the active one stays.
-    assert_eq!(report.segments_deleted, segments_before - 1);
+    assert_eq!(
+        report.segments_deleted,
+        (segments_before - 1).min(SEGMENTS_PER_ROUND_MAX)
+    );
+    let (mut deleted, mut queue_files, mut index_files) = (0, 0, 0);
+    while report.segments_deleted > 0 {
+        deleted += report.segments_deleted;
+        queue_files += report.consume_queue_files_deleted;
+        index_files += report.index_files_deleted;
+        report = store
+            .delete_expired(later, 72 * HOUR_MS as u64, false)
+            .expect("retention");
+    }
+    report.segments_deleted = deleted;
+    report.consume_queue_files_deleted = queue_files;
+    report.index_files_deleted = index_files;
+    assert_eq!(deleted, segments_before - 1);
     assert_eq!(count_files(&root.join("commitlog")), 1);
     assert_eq!(store.stats().min_position, report.min_position);
     assert!(report.consume_queue_files_deleted > 0, "{report:?}");
