@@ -124,6 +124,20 @@ pub enum RetentionRound {
     AtOnce,
 }
 
+/// Splits a properties line as java.util.Properties does: the key ends at the first `=`, `:`
+/// or blank; then blanks and one `=` or `:` are skipped (`key=value`, `key: value` and
+/// `key value` all mean the same). None for a line that is only a key.
+fn split_property(line: &str) -> Option<(&str, &str)> {
+    let end = line.find(['=', ':', ' ', '\t', '\u{c}'])?;
+    let (key, rest) = line.split_at(end);
+    let rest = rest.trim_start_matches([' ', '\t', '\u{c}']);
+    let rest = rest
+        .strip_prefix(['=', ':'])
+        .unwrap_or(rest)
+        .trim_start_matches([' ', '\t', '\u{c}']);
+    Some((key, rest.trim_end()))
+}
+
 impl BrokerConfig {
     /// RocketMQ's rule: expired segments go at a `deleteWhen` hour, or at any hour once the
     /// disk is fuller than `diskMaxUsedSpaceRatio`; past `DISK_CLEAN_FORCIBLY_PERCENT` even
@@ -194,7 +208,7 @@ impl BrokerConfig {
             if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
                 continue;
             }
-            let Some((key, value)) = trimmed.split_once(['=', ':']) else {
+            let Some((key, value)) = split_property(trimmed) else {
                 return Err(ConfigError {
                     line,
                     key: trimmed.to_string(),
@@ -202,7 +216,6 @@ impl BrokerConfig {
                     allowed: "a line of the form key=value".into(),
                 });
             };
-            let (key, value) = (key.trim(), value.trim());
             let field = Field { line, key, value };
             match key {
                 "brokerClusterName" => self.cluster_name = field.name()?,
@@ -397,6 +410,20 @@ mod tests {
     }
 
     #[test]
+    fn keys_end_at_a_blank_as_in_java_properties() {
+        let mut config = BrokerConfig::default();
+        let text = "namesrvAddr 10.0.0.1:9876\nbrokerName\tbroker-c\nlistenPort : 10931\n";
+        let unknown = config.apply_properties(text).expect("valid");
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(config.namesrv_addrs, vec!["10.0.0.1:9876".to_string()]);
+        assert_eq!(config.broker_name, "broker-c");
+        assert_eq!(config.listen_port, 10931);
+        assert_eq!(split_property("key"), None);
+        assert_eq!(split_property("key=a=b"), Some(("key", "a=b")));
+        assert_eq!(split_property("key ="), Some(("key", "")));
+    }
+
+    #[test]
     fn retention_runs_at_delete_hours_or_when_the_disk_fills() {
         let mut config = BrokerConfig::default();
         config
@@ -428,7 +455,7 @@ mod tests {
         );
         let error = config.apply_properties("listenPort=99999").unwrap_err();
         assert!(error.to_string().contains("0 to 65535"), "{error}");
-        let error = config.apply_properties("just words").unwrap_err();
+        let error = config.apply_properties("justakey").unwrap_err();
         assert!(error.to_string().contains("key=value"), "{error}");
         // The store cannot address a segment past i32::MAX: refused here, by key and line.
         let error = config
