@@ -105,12 +105,9 @@ struct OffsetsFile {
 
 /// How far each level has been delivered.
 pub struct DelayOffsets {
-    path: PathBuf,
+    file: persist::SnapshotFile,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
-    /// Held from taking a snapshot to its rename: two writers (the periodic one and shutdown's)
-    /// would otherwise share the temporary file, or the older snapshot could land last.
-    persisting: Mutex<()>,
 }
 
 impl DelayOffsets {
@@ -123,10 +120,9 @@ impl DelayOffsets {
             None => OffsetsFile::default(),
         };
         Ok(DelayOffsets {
-            path,
+            file: persist::SnapshotFile::new(path),
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
-            persisting: Mutex::new(()),
         })
     }
 
@@ -145,12 +141,11 @@ impl DelayOffsets {
     }
 
     pub fn persist_if_dirty(&self) -> std::io::Result<()> {
-        let _persisting = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.dirty.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let bytes = body::to_json(&*self.table.lock().expect("delay offsets lock poisoned"));
-        let result = persist::write_atomically(&self.path, &bytes);
+        let result = self.file.write(|| {
+            self.dirty
+                .swap(false, Ordering::AcqRel)
+                .then(|| body::to_json(&*self.table.lock().expect("delay offsets lock poisoned")))
+        });
         if result.is_err() {
             self.dirty.store(true, Ordering::Release);
         }

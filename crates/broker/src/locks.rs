@@ -32,9 +32,6 @@ impl QueueLocks {
         now_ms: i64,
     ) -> Vec<MessageQueue> {
         let mut groups = self.groups.lock().expect("queue locks poisoned");
-        if queues.is_empty() && !groups.contains_key(group) {
-            return Vec::new();
-        }
         let held = groups.entry(group.to_string()).or_default();
         held.retain(|_, holder| now_ms - holder.renewed_ms <= LOCK_LEASE_MS);
         let mut granted = Vec::new();

@@ -20,12 +20,9 @@ struct OffsetsFile {
 }
 
 pub struct ConsumerOffsets {
-    path: PathBuf,
+    file: persist::SnapshotFile,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
-    /// Held from taking a snapshot to its rename: two writers (the periodic one and shutdown's)
-    /// would otherwise share the temporary file, or the older snapshot could land last.
-    persisting: Mutex<()>,
 }
 
 fn key(topic: &str, group: &str) -> String {
@@ -42,10 +39,9 @@ impl ConsumerOffsets {
             None => OffsetsFile::default(),
         };
         Ok(ConsumerOffsets {
-            path,
+            file: persist::SnapshotFile::new(path),
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
-            persisting: Mutex::new(()),
         })
     }
 
@@ -94,12 +90,11 @@ impl ConsumerOffsets {
 
     /// Writes the table if it changed since the last write.
     pub fn persist_if_dirty(&self) -> std::io::Result<()> {
-        let _persisting = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.dirty.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let bytes = body::to_json(&*self.table.lock().expect("offset table lock poisoned"));
-        let result = persist::write_atomically(&self.path, &bytes);
+        let result = self.file.write(|| {
+            self.dirty
+                .swap(false, Ordering::AcqRel)
+                .then(|| body::to_json(&*self.table.lock().expect("offset table lock poisoned")))
+        });
         if result.is_err() {
             self.dirty.store(true, Ordering::Release);
         }

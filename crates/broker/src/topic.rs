@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 use quiver_wire::body::{self, DataVersion, TopicConfig, TopicConfigSerializeWrapper};
 use serde::{Deserialize, Serialize};
@@ -146,11 +146,8 @@ struct TopicsFile {
 }
 
 pub struct TopicTable {
-    path: PathBuf,
+    file: persist::SnapshotFile,
     inner: RwLock<TopicsFile>,
-    /// Held from taking a snapshot to its rename: two topics created at once would otherwise
-    /// share the temporary file, or the older snapshot could land last.
-    persisting: Mutex<()>,
 }
 
 pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
@@ -185,9 +182,8 @@ impl TopicTable {
             file.data_version.timestamp = now_ms;
         }
         let table = TopicTable {
-            path,
+            file: persist::SnapshotFile::new(path),
             inner: RwLock::new(file),
-            persisting: Mutex::new(()),
         };
         if auto_create_topic {
             table.create_if_absent(topic_config(
@@ -275,10 +271,13 @@ impl TopicTable {
     }
 
     fn persist(&self) -> Result<(), TopicError> {
-        let _persisting = self.persisting.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes = body::to_json(&*self.inner.read().expect("topic table lock poisoned"));
-        persist::write_atomically(&self.path, &bytes).map_err(|e| TopicError::Persist {
-            path: self.path.display().to_string(),
+        let snapshot = || {
+            Some(body::to_json(
+                &*self.inner.read().expect("topic table lock poisoned"),
+            ))
+        };
+        self.file.write(snapshot).map_err(|e| TopicError::Persist {
+            path: self.file.path().display().to_string(),
             message: e.to_string(),
         })
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{ext_i64, pull_all, up, wait_for_route};
-use quiver_testkit::{SendOptions, WireClient};
+use quiver_testkit::{pull_header, SendOptions, WireClient};
 use quiver_wire::batch::{encode_batch, BatchEntry};
 use quiver_wire::body::{self, ClusterInfo, ConsumerIdList, HeartbeatData, TopicList};
 use quiver_wire::code::{request_code, response_code};
@@ -160,18 +160,10 @@ fn a_suspended_pull_is_answered_when_a_message_arrives() {
     // A long suspend is cut short by the first message.
     let started = Instant::now();
     let header = quiver_wire::header::PullMessageRequestHeader {
-        consumer_group: "g".into(),
-        topic: "Waiting".into(),
-        queue_id: 0,
-        queue_offset: 0,
-        max_msg_nums: 32,
         sys_flag: 2 | 4,
-        commit_offset: 0,
         suspend_timeout_millis: 20_000,
-        subscription: Some("*".into()),
-        sub_version: 0,
         expression_type: None,
-        max_msg_bytes: None,
+        ..pull_header("Waiting", "g", 0)
     };
     let opaque = consumer
         .send_request(
@@ -632,18 +624,11 @@ fn a_pull_newer_than_the_groups_heartbeat_is_told_its_subscription_is_not_latest
     // A push consumer's pull: no subscription in it, only the version it has.
     let pull = |version: i64| {
         let header = quiver_wire::header::PullMessageRequestHeader {
-            consumer_group: "sg".into(),
-            topic: "Subs".into(),
-            queue_id: 0,
-            queue_offset: 0,
-            max_msg_nums: 32,
             sys_flag: 0,
-            commit_offset: 0,
-            suspend_timeout_millis: 0,
             subscription: None,
             sub_version: version,
             expression_type: None,
-            max_msg_bytes: None,
+            ..pull_header("Subs", "sg", 0)
         };
         Command::request(request_code::PULL_MESSAGE, Encoding::Json).with_ext(header.to_ext())
     };

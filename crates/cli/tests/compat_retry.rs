@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{binary, ext_i64, pull_all};
-use quiver_testkit::{wait_until, QuiverProcess, SendOptions, WireClient};
+use quiver_testkit::{pull_header, wait_until, QuiverProcess, SendOptions, WireClient};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::SendMessageHeader;
 use quiver_wire::message::{encode_properties, StoredMessage};
@@ -360,18 +360,9 @@ fn a_pull_refused_for_an_unknown_queue_commits_no_offset() {
         ("Work", 7, response_code::INVALID_PARAMETER),
     ] {
         let header = quiver_wire::header::PullMessageRequestHeader {
-            consumer_group: "g".into(),
-            topic: topic.into(),
-            queue_id,
-            queue_offset: 0,
-            max_msg_nums: 1,
             sys_flag: flags,
             commit_offset: 5,
-            suspend_timeout_millis: 0,
-            subscription: Some("*".into()),
-            sub_version: 0,
-            expression_type: Some("TAG".into()),
-            max_msg_bytes: None,
+            ..pull_header(topic, "g", queue_id)
         };
         let response = client
             .call(

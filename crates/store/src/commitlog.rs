@@ -43,6 +43,19 @@ pub fn open_read_write(path: &Path, create: bool) -> io::Result<File> {
         .open(path)
 }
 
+/// A segment longer than the configured size: records never cross a segment's end, so it was
+/// written under a larger mappedFileSizeCommitLog, and cutting it would delete messages.
+pub(crate) fn segment_too_long(path: &Path, segment_bytes: u64) -> OpenError {
+    OpenError::Corrupt {
+        path: path.display().to_string(),
+        position: segment_bytes,
+        reason: format!(
+            "segment is longer than the segment size {segment_bytes}: was \
+             mappedFileSizeCommitLog lowered? Set it back to open this store"
+        ),
+    }
+}
+
 impl Segments {
     /// Lists and opens the segments; their bases must follow each other by `segment_bytes`.
     pub fn open(dir: &Path, segment_bytes: u64) -> Result<Segments, OpenError> {
@@ -93,14 +106,7 @@ impl Segments {
             // Records never cross a segment's end, so a longer segment before the last was
             // written under a larger mappedFileSizeCommitLog (the last: see recovery).
             if length > segment_bytes && i + 1 < bases.len() {
-                return Err(OpenError::Corrupt {
-                    path: path.display().to_string(),
-                    position: segment_bytes,
-                    reason: format!(
-                        "segment is longer than the segment size {segment_bytes}: was \
-                         mappedFileSizeCommitLog lowered? Set it back to open this store"
-                    ),
-                });
+                return Err(segment_too_long(&path, segment_bytes));
             }
             files.insert(*base, Arc::new(file));
         }

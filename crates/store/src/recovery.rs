@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::appender::valid_topic;
 use crate::checkpoint::{self, Checkpoint};
-use crate::commitlog::Segments;
+use crate::commitlog::{segment_too_long, Segments};
 use crate::consume_queue::{ConsumeQueue, Entry};
 use crate::damaged;
 use crate::index::{Index, KeyEntry};
@@ -341,19 +341,10 @@ impl Scan<'_> {
             return Ok(0);
         };
         let last_length = self.length(last)?;
-        // Records never cross a segment's end. After a crash, bytes past it are a torn write
-        // and are cut below; after a clean stop nothing can have been torn, so the segment was
-        // written under a larger mappedFileSizeCommitLog, and cutting it would delete stored
-        // messages.
+        // After a crash, bytes past the last segment's end are a torn write and are cut below;
+        // after a clean stop nothing can have been torn.
         if last_length > segment_bytes && !self.report.crashed {
-            return Err(OpenError::Corrupt {
-                path: self.segments.path(last).display().to_string(),
-                position: segment_bytes,
-                reason: format!(
-                    "segment is longer than the segment size {segment_bytes}: was \
-                     mappedFileSizeCommitLog lowered? Set it back to open this store"
-                ),
-            });
+            return Err(segment_too_long(&self.segments.path(last), segment_bytes));
         }
         // A checkpoint outside the files (files removed or cut by hand): rescan what is there.
         let mut start = start.max(first);

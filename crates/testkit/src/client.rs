@@ -121,9 +121,6 @@ impl WireClient {
         suspend_ms: i64,
     ) -> anyhow::Result<Command> {
         let header = PullMessageRequestHeader {
-            consumer_group: group.into(),
-            topic: topic.into(),
-            queue_id,
             queue_offset: offset,
             max_msg_nums: max,
             sys_flag: quiver_wire::header::pull_sys_flag::SUBSCRIPTION
@@ -132,12 +129,8 @@ impl WireClient {
                 } else {
                     0
                 },
-            commit_offset: 0,
             suspend_timeout_millis: suspend_ms,
-            subscription: Some("*".into()),
-            sub_version: 0,
-            expression_type: Some("TAG".into()),
-            max_msg_bytes: None,
+            ..pull_header(topic, group, queue_id)
         };
         self.call(
             Command::request(request_code::PULL_MESSAGE, self.encoding).with_ext(header.to_ext()),
@@ -155,6 +148,25 @@ impl WireClient {
         self.call(
             Command::request(request_code::UPDATE_AND_CREATE_TOPIC, self.encoding).with_ext(ext),
         )
+    }
+}
+
+/// A PULL_MESSAGE header for queue `queue_id` of `topic` from offset 0: up to 32 messages, a
+/// `*` TAG subscription in the request, no suspend; tests change the fields they are about.
+pub fn pull_header(topic: &str, group: &str, queue_id: i32) -> PullMessageRequestHeader {
+    PullMessageRequestHeader {
+        consumer_group: group.into(),
+        topic: topic.into(),
+        queue_id,
+        queue_offset: 0,
+        max_msg_nums: 32,
+        sys_flag: quiver_wire::header::pull_sys_flag::SUBSCRIPTION,
+        commit_offset: 0,
+        suspend_timeout_millis: 0,
+        subscription: Some("*".into()),
+        sub_version: 0,
+        expression_type: Some("TAG".into()),
+        max_msg_bytes: None,
     }
 }
 

@@ -6,7 +6,7 @@ mod client;
 pub mod crash;
 mod process;
 
-pub use client::{send_request, SendOptions, WireClient};
+pub use client::{pull_header, send_request, SendOptions, WireClient};
 pub use process::{QuiverProcess, Started};
 
 use std::time::{Duration, Instant};

@@ -10,6 +10,7 @@ use quiver_wire::Command;
 
 use crate::broker::Broker;
 use crate::connection::{Connection, Responder};
+use crate::topic::PERM_WRITE;
 
 mod admin;
 mod client;
@@ -45,6 +46,28 @@ impl From<HeaderError> for Refusal {
     fn from(error: HeaderError) -> Refusal {
         Refusal::new(response_code::SYSTEM_ERROR, error.to_string())
     }
+}
+
+/// Sends and consumers' send-backs alike: a broker closed to writes (being drained) refuses
+/// them with NO_PERMISSION, and Java clients then go to a broker that takes them.
+fn broker_writable(broker: &Broker) -> Result<(), Refusal> {
+    if broker.config.broker_permission & PERM_WRITE == 0 {
+        let remark = format!(
+            "the broker[{}] sending message is forbidden",
+            broker.config.broker_name
+        );
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    Ok(())
+}
+
+/// The same for a topic whose permission has no write bit.
+fn topic_writable(topic: &str, perm: i32) -> Result<(), Refusal> {
+    if perm & PERM_WRITE == 0 {
+        let remark = format!("the topic[{topic}] sending message is forbidden");
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    Ok(())
 }
 
 pub type Handled = Result<Command, Refusal>;

@@ -39,23 +39,6 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
         let refusal = Refusal::new(response_code::SYSTEM_ERROR, error.to_string());
         return responder.reply(refusal.into_response(&request));
     }
-    // Only for a queue the broker has: the offset table is persisted, and a pull that will be
-    // refused must not leave an entry in it.
-    let queue_exists = broker
-        .topics
-        .shape(&header.topic)
-        .is_some_and(|shape| (0..shape.read_queues).contains(&header.queue_id));
-    if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0
-        && header.commit_offset >= 0
-        && queue_exists
-    {
-        broker.offsets.commit(
-            &header.topic,
-            &header.consumer_group,
-            header.queue_id,
-            header.commit_offset,
-        );
-    }
     match pull_once(broker, &request, &header, true) {
         Ok(Outcome::Answer(response)) => responder.reply(response),
         Ok(Outcome::Wait) => park(broker, request, header, responder),
@@ -117,6 +100,19 @@ fn pull_once(
             header.queue_id, header.topic, shape.read_queues
         );
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    // The offset the client piggybacks, once (the first pass is the one that may suspend), and
+    // only for a queue that exists: the table is persisted, and a refused pull leaves nothing.
+    if may_suspend
+        && header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0
+        && header.commit_offset >= 0
+    {
+        broker.offsets.commit(
+            &header.topic,
+            &header.consumer_group,
+            header.queue_id,
+            header.commit_offset,
+        );
     }
     let filter = filter_for(broker, header)?;
     let max_messages = header.max_msg_nums.clamp(1, PULL_MESSAGES_MAX) as u32;

@@ -11,12 +11,12 @@ use quiver_wire::header::{ext_or_err, ConsumerSendMsgBackRequestHeader};
 use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::Command;
 
-use super::Refusal;
+use super::{broker_writable, topic_writable, Refusal};
 use crate::broker::{now_ms, Broker};
 use crate::connection::Responder;
 use crate::delay;
 use crate::requeue;
-use crate::topic::{topic_config, DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX};
+use crate::topic::{topic_config, DLQ_PREFIX, RETRY_PREFIX};
 
 /// A group's retry budget when the consumer does not send one (RocketMQ's `retryMaxTimes`).
 pub(super) const MAX_RECONSUME_TIMES_DEFAULT: i32 = 16;
@@ -48,15 +48,8 @@ pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
 
 fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refusal> {
     let header = ConsumerSendMsgBackRequestHeader::from_ext(ext_or_err(request)?)?;
-    // As a send: a broker or topic closed to writes refuses, and the Java consumer then sends
-    // the retry through its producer to a broker that takes it.
-    if broker.config.broker_permission & PERM_WRITE == 0 {
-        let remark = format!(
-            "the broker[{}] sending message is forbidden",
-            broker.config.broker_name
-        );
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
-    }
+    // As a send; the Java consumer then sends the retry through its producer instead.
+    broker_writable(broker)?;
     let position = u64::try_from(header.offset).map_err(|_| {
         let remark = format!("offset {} is negative", header.offset);
         Refusal::new(response_code::SYSTEM_ERROR, remark)
@@ -80,14 +73,6 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
         format!("{RETRY_PREFIX}{}", header.group)
     };
     ensure_topic(broker, &destination)?;
-    if broker
-        .topics
-        .shape(&destination)
-        .is_some_and(|shape| shape.perm & PERM_WRITE == 0)
-    {
-        let remark = format!("the topic[{destination}] sending message is forbidden");
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
-    }
 
     let mut copy = original.clone();
     let mut properties = copy.properties.clone();
@@ -125,14 +110,16 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
     Ok((record, destination))
 }
 
-/// Retry and dead-letter topics have one queue, readable and writable, and are made on demand.
+/// Retry and dead-letter topics have one queue, readable and writable, and are made on demand;
+/// one an operator closed to writes refuses the copy.
 fn ensure_topic(broker: &Broker, topic: &str) -> Result<(), Refusal> {
     match broker.topics.create_if_absent(topic_config(topic, 1, 6)) {
-        Ok(true) => {
-            broker.topics_changed();
-            Ok(())
-        }
-        Ok(false) => Ok(()),
-        Err(error) => Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+        Ok(true) => broker.topics_changed(),
+        Ok(false) => {}
+        Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+    }
+    match broker.topics.shape(topic) {
+        Some(shape) => topic_writable(topic, shape.perm),
+        None => Ok(()),
     }
 }

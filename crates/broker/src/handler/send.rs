@@ -15,12 +15,12 @@ use quiver_wire::message::{
 use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
-use super::Refusal;
+use super::{broker_writable, topic_writable, Refusal};
 use crate::broker::{now_ms, Broker};
 use crate::connection::{Connection, Responder};
 use crate::topic::{
     topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
-    PERM_INHERIT, PERM_WRITE, RETRY_PREFIX,
+    PERM_INHERIT, RETRY_PREFIX,
 };
 use crate::{delay, requeue};
 
@@ -78,13 +78,7 @@ fn prepare(
     };
     let dead_lettered = redirect_exhausted_retry(&mut header);
     let batch = request.code == request_code::SEND_BATCH_MESSAGE || header.batch;
-    if broker.config.broker_permission & PERM_WRITE == 0 {
-        let remark = format!(
-            "the broker[{}] sending message is forbidden",
-            broker.config.broker_name
-        );
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
-    }
+    broker_writable(broker)?;
     validate_topic_name(&header.topic)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     if NOT_ALLOWED_SEND_TOPICS.contains(&header.topic.as_str()) {
@@ -100,10 +94,7 @@ fn prepare(
         return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
     }
     let shape = topic_shape(broker, &header, dead_lettered)?;
-    if shape.perm & PERM_WRITE == 0 {
-        let remark = format!("the topic[{}] sending message is forbidden", header.topic);
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
-    }
+    topic_writable(&header.topic, shape.perm)?;
     // Half messages need END_TRANSACTION and the broker's check-back, which this broker does
     // not have: stored as plain messages they would be delivered even when rolled back. It
     // answers as a RocketMQ broker with rejectTransactionMessage=true does.
