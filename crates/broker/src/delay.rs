@@ -112,13 +112,7 @@ pub struct DelayOffsets {
 
 impl DelayOffsets {
     pub fn open(path: PathBuf) -> Result<DelayOffsets, String> {
-        let file = match persist::read_if_present(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        {
-            Some(bytes) => body::from_json::<OffsetsFile>(&bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))?,
-            None => OffsetsFile::default(),
-        };
+        let file = persist::load(&path, body::from_json::<OffsetsFile>)?;
         Ok(DelayOffsets {
             file: persist::SnapshotFile::new(path),
             table: Mutex::new(file),

@@ -31,13 +31,7 @@ fn key(topic: &str, group: &str) -> String {
 
 impl ConsumerOffsets {
     pub fn open(path: PathBuf) -> Result<ConsumerOffsets, String> {
-        let file = match persist::read_if_present(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        {
-            Some(bytes) => body::from_json::<OffsetsFile>(&bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))?,
-            None => OffsetsFile::default(),
-        };
+        let file = persist::load(&path, body::from_json::<OffsetsFile>)?;
         Ok(ConsumerOffsets {
             file: persist::SnapshotFile::new(path),
             table: Mutex::new(file),
@@ -118,5 +112,51 @@ mod tests {
         assert_eq!(offsets.get("T", "g", 3), Some(43));
         assert_eq!(offsets.get("T", "g", 0), None);
         assert_eq!(offsets.groups_of_topic("T"), vec!["g".to_string()]);
+    }
+
+    #[test]
+    fn a_damaged_offsets_file_falls_back_to_the_snapshot_before_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/consumerOffset.json");
+        let offsets = ConsumerOffsets::open(path.clone()).expect("open");
+        offsets.commit("T", "g", 0, 10);
+        offsets.persist_if_dirty().expect("persist");
+        offsets.commit("T", "g", 0, 20);
+        offsets.persist_if_dirty().expect("persist");
+        let backup = persist::backup_path(&path);
+        assert!(
+            backup.ends_with("consumerOffset.json.bak"),
+            "{}",
+            backup.display()
+        );
+
+        // Cut short, as a disk or a hand edit might leave it: the snapshot before it loads.
+        let text = std::fs::read(&path).expect("read");
+        std::fs::write(&path, &text[..text.len() / 2]).expect("truncate");
+        let reopened = ConsumerOffsets::open(path.clone()).expect("backup loads");
+        assert_eq!(reopened.get("T", "g", 0), Some(10));
+
+        // Empty, and then missing, read the same way.
+        std::fs::write(&path, b"").expect("empty");
+        let reopened = ConsumerOffsets::open(path.clone()).expect("backup loads");
+        assert_eq!(reopened.get("T", "g", 0), Some(10));
+        std::fs::remove_file(&path).expect("remove");
+        let reopened = ConsumerOffsets::open(path.clone()).expect("backup loads");
+        assert_eq!(reopened.get("T", "g", 0), Some(10));
+
+        // Both damaged: refused, naming both files, instead of starting from nothing.
+        std::fs::write(&path, b"{not json").expect("damage");
+        std::fs::write(&backup, b"{nor this").expect("damage backup");
+        let error = ConsumerOffsets::open(path.clone())
+            .err()
+            .expect("both unreadable is refused");
+        assert!(error.contains("consumerOffset.json:"), "{error}");
+        assert!(error.contains("consumerOffset.json.bak:"), "{error}");
+
+        // Neither present: a first start.
+        std::fs::remove_file(&path).expect("remove");
+        std::fs::remove_file(&backup).expect("remove backup");
+        let fresh = ConsumerOffsets::open(path).expect("first start");
+        assert_eq!(fresh.get("T", "g", 0), None);
     }
 }

@@ -81,6 +81,8 @@ pub enum TopicError {
     InvalidGroupName { name: String, reason: &'static str },
     #[error("could not persist topics to {path}: {message}")]
     Persist { path: String, message: String },
+    #[error("cannot read topics: {0}")]
+    Load(String),
 }
 
 /// Checks a topic name as RocketMQ does: `[%|a-zA-Z0-9_-]`, at most 127 bytes (255 for retry
@@ -168,16 +170,8 @@ impl TopicTable {
         auto_create_topic: bool,
         now_ms: i64,
     ) -> Result<TopicTable, TopicError> {
-        let persist_error = |message: String| TopicError::Persist {
-            path: path.display().to_string(),
-            message,
-        };
         let mut file =
-            match persist::read_if_present(&path).map_err(|e| persist_error(e.to_string()))? {
-                Some(bytes) => body::from_json::<TopicsFile>(&bytes)
-                    .map_err(|e| persist_error(e.to_string()))?,
-                None => TopicsFile::default(),
-            };
+            persist::load(&path, body::from_json::<TopicsFile>).map_err(TopicError::Load)?;
         if file.data_version.timestamp == 0 {
             file.data_version.timestamp = now_ms;
         }
