@@ -257,6 +257,8 @@ pub struct RunningBroker {
     pub local_addr: SocketAddr,
     pub recovery: RecoveryReport,
     stop: watch::Sender<bool>,
+    /// The accept loop: it ends once every connection has stopped reading and been answered.
+    server: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: Vec<JoinHandle<()>>,
     stopped: AtomicBool,
     registered: watch::Receiver<bool>,
@@ -264,6 +266,7 @@ pub struct RunningBroker {
 
 pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
     let store_config = config.store_config();
+    tracing::info!(root = %config.store_root.display(), "opening the store");
     let (store, recovery) = tokio::task::spawn_blocking(move || Store::open(store_config))
         .await
         .expect("store open task panicked")?;
@@ -331,12 +334,12 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
     });
     let (stop, stopped) = watch::channel(false);
     let (registered_sender, registered) = watch::channel(false);
+    let server = tokio::spawn(crate::server::serve(
+        listener,
+        broker.clone(),
+        stopped.clone(),
+    ));
     let tasks = vec![
-        tokio::spawn(crate::server::serve(
-            listener,
-            broker.clone(),
-            stopped.clone(),
-        )),
         tokio::spawn(housekeeping(broker.clone(), stopped.clone())),
         tokio::spawn(crate::delay::run(broker.clone(), stopped.clone())),
         tokio::spawn(registration(broker.clone(), stopped, registered_sender)),
@@ -347,6 +350,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         local_addr,
         recovery,
         stop,
+        server: std::sync::Mutex::new(Some(server)),
         tasks,
         stopped: AtomicBool::new(false),
         registered,
@@ -363,13 +367,21 @@ impl RunningBroker {
             .is_ok_and(|r| r.is_ok())
     }
 
-    /// Stops accepting, unregisters from the name servers, persists offsets, flushes and closes
-    /// the store (which removes the abort file: the next start is a clean one).
+    /// Stops accepting and reading requests, waits for the connections to write the answers
+    /// to what they had read, unregisters from the name servers, persists offsets, flushes and
+    /// closes the store (which removes the abort file: the next start is a clean one). An
+    /// offset committed or a message acknowledged before the stop is in what is persisted.
     pub async fn shutdown(&self) {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
         let _ = self.stop.send(true);
+        // Parked pulls answer now rather than hold their connection open to the end.
+        self.broker.waiters.close();
+        let server = self.server.lock().expect("server lock poisoned").take();
+        if let Some(server) = server {
+            let _ = server.await;
+        }
         for task in &self.tasks {
             task.abort();
         }

@@ -2,7 +2,7 @@
 //! out. The store's appender calls `arrived` after each group it writes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use tokio::sync::oneshot;
@@ -17,6 +17,8 @@ pub struct PullWaiters {
     waiting: Mutex<HashMap<String, HashMap<u32, Vec<Waiter>>>>,
     parked: AtomicUsize,
     parked_max: usize,
+    /// Set at shutdown: every pull parked then or later is answered at once.
+    closed: AtomicBool,
 }
 
 impl PullWaiters {
@@ -25,6 +27,7 @@ impl PullWaiters {
             waiting: Mutex::new(HashMap::new()),
             parked: AtomicUsize::new(0),
             parked_max,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -32,6 +35,10 @@ impl PullWaiters {
     /// the caller then answers at once instead.
     pub fn park(&self, topic: &str, queue_id: u32, offset: u64) -> Option<oneshot::Receiver<()>> {
         let mut waiting = self.waiting.lock().expect("pull waiters lock poisoned");
+        if self.closed.load(Ordering::Acquire) {
+            // A receiver whose sender is gone: the pull wakes at once.
+            return Some(oneshot::channel().1);
+        }
         if self.parked.load(Ordering::Relaxed) >= self.parked_max {
             // Pulls that timed out on queues nobody parks on or writes to again are still
             // counted: drop them everywhere before refusing, or they would turn long polling
@@ -91,6 +98,14 @@ impl PullWaiters {
         *queue = kept;
     }
 
+    /// Wakes every parked pull, and every pull that parks from now on, at once.
+    pub fn close(&self) {
+        let mut waiting = self.waiting.lock().expect("pull waiters lock poisoned");
+        self.closed.store(true, Ordering::Release);
+        waiting.clear();
+        self.parked.store(0, Ordering::Relaxed);
+    }
+
     pub fn parked(&self) -> usize {
         self.parked.load(Ordering::Relaxed)
     }
@@ -134,5 +149,22 @@ mod tests {
             .expect("parked once the timed-out ones are dropped");
         assert_eq!(waiters.parked(), 1);
         drop(parked);
+    }
+
+    #[test]
+    fn close_wakes_parked_pulls_and_later_ones() {
+        let waiters = PullWaiters::new(10);
+        let mut parked = waiters.park("T", 0, 5).expect("parked");
+        waiters.close();
+        assert!(matches!(
+            parked.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+        let mut later = waiters.park("T", 0, 5).expect("answered at once");
+        assert!(matches!(
+            later.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+        assert_eq!(waiters.parked(), 0);
     }
 }

@@ -27,17 +27,21 @@ const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
 /// while reads fill it, so that a client with many requests in flight has them read at once.
 const READ_SPACE_MIN: usize = 16 * 1024;
 const READ_SPACE_MAX: usize = 256 * 1024;
+/// At shutdown, how long a connection that stopped reading waits for its answers to be written
+/// (a client that reads none of them is not waited for longer).
+const ANSWER_DRAIN_MS: u64 = 3_000;
 
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(broker.config.connections_max));
+    let connections_max = broker.config.connections_max;
+    let permits = Arc::new(Semaphore::new(connections_max));
     let next_id = AtomicU64::new(1);
     loop {
         let accepted = tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = shutdown.wait_for(|stop| *stop) => break,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -54,16 +58,29 @@ pub async fn serve(
         };
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         let broker = broker.clone();
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let (connection, outgoing) = Connection::new(id, peer);
             if let Err(error) =
-                serve_connection(stream, &broker, connection.clone(), outgoing).await
+                serve_connection(stream, &broker, connection.clone(), outgoing, shutdown).await
             {
                 tracing::debug!(%peer, %error, "connection ended");
             }
             broker.connection_closed(&connection);
             drop(permit);
         });
+    }
+    // Nothing more is accepted; the connections stop reading, answer what they read and end.
+    // Every connection holds one permit until it ends, so having them all back means none is
+    // left to dispatch a request after the broker persists its state.
+    drop(listener);
+    let drain = Duration::from_millis(ANSWER_DRAIN_MS + 1_000);
+    let all = u32::try_from(connections_max).unwrap_or(u32::MAX);
+    if tokio::time::timeout(drain, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open {drain:?} after the stop; closing them");
     }
 }
 
@@ -72,6 +89,7 @@ async fn serve_connection(
     broker: &Arc<Broker>,
     connection: Connection,
     outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
@@ -105,7 +123,12 @@ async fn serve_connection(
                     broker.write_queued_sends();
                     // A peer that reads none of its answers for the idle timeout is given up,
                     // as one that sends nothing is: it must not hold a connection slot forever.
-                    match tokio::time::timeout(idle, in_flight.clone().acquire_owned()).await {
+                    let wait = tokio::time::timeout(idle, in_flight.clone().acquire_owned());
+                    let acquired = tokio::select! {
+                        acquired = wait => acquired,
+                        _ = shutdown.wait_for(|stop| *stop) => break,
+                    };
+                    match acquired {
                         Ok(Ok(permit)) => permit,
                         Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
                         Err(_) => {
@@ -134,7 +157,15 @@ async fn serve_connection(
             input.reserve(read_space);
         }
         let offered = input.capacity() - input.len();
-        match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
+        let read = tokio::select! {
+            read = tokio::time::timeout(idle, reader.read_buf(&mut input)) => Some(read),
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(read) = read else {
+            drain_answers(&in_flight, &broker.config).await;
+            break Ok(());
+        };
+        match read {
             Ok(Ok(0)) | Err(_) => break Ok(()),
             Ok(Ok(read)) => {
                 read_space = if read == offered {
@@ -148,6 +179,14 @@ async fn serve_connection(
     };
     writer_task.abort();
     result
+}
+
+/// Waits until every request this connection read has been answered and the answer written
+/// (each holds an in-flight permit until then), for at most `ANSWER_DRAIN_MS`.
+async fn drain_answers(in_flight: &Semaphore, config: &crate::config::BrokerConfig) {
+    let all = u32::try_from(config.requests_in_flight_per_connection_max).unwrap_or(u32::MAX);
+    let drain = Duration::from_millis(ANSWER_DRAIN_MS);
+    let _ = tokio::time::timeout(drain, in_flight.acquire_many(all)).await;
 }
 
 async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedReceiver<Outgoing>) {

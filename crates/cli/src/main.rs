@@ -105,18 +105,30 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        // Watched from the start: a stop asked for while the store recovers waits for the
+        // recovery and then stops cleanly, instead of killing the process halfway.
+        let stop_signal = StopSignal::watch();
         match cli.command {
             Command::Up {
                 config,
                 data,
                 namesrv_port,
                 broker_port,
-            } => up(config.as_deref(), &data, namesrv_port, broker_port).await,
+            } => {
+                up(
+                    config.as_deref(),
+                    &data,
+                    namesrv_port,
+                    broker_port,
+                    stop_signal,
+                )
+                .await
+            }
             Command::Namesrv {
                 listen,
                 broker_expiry_ms,
-            } => namesrv(listen, broker_expiry_ms).await,
-            Command::Broker { config, namesrv } => broker(&config, namesrv).await,
+            } => namesrv(listen, broker_expiry_ms, stop_signal).await,
+            Command::Broker { config, namesrv } => broker(&config, namesrv, stop_signal).await,
             Command::Bench { .. } => unreachable!("bench ran before the runtime was built"),
         }
     });
@@ -175,6 +187,7 @@ async fn up(
     data: &Path,
     namesrv_port: u16,
     broker_port: u16,
+    mut stop_signal: StopSignal,
 ) -> anyhow::Result<()> {
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let namesrv_listener = TcpListener::bind(SocketAddr::new(loopback, namesrv_port))
@@ -207,19 +220,24 @@ async fn up(
         .retain(|addr| addr != &namesrv_addr.to_string());
     config.namesrv_addrs.insert(0, namesrv_addr.to_string());
     let running = quiver_broker::start(config).await?;
-    // Ready means routable: clients look up routes right after the ready line.
-    if !running
-        .wait_registered(std::time::Duration::from_secs(10))
-        .await
-    {
-        tracing::warn!("the broker has not registered with the embedded name server yet");
+    if !stop_signal.received() {
+        // Ready means routable: clients look up routes right after the ready line.
+        let registered = tokio::select! {
+            registered = running.wait_registered(std::time::Duration::from_secs(10)) => Some(registered),
+            _ = stop_signal.wait() => None,
+        };
+        if let Some(registered) = registered {
+            if !registered {
+                tracing::warn!("the broker has not registered with the embedded name server yet");
+            }
+            tracing::info!(namesrv = %namesrv_addr, broker = %running.local_addr, data = %data.display(), "quiver is up");
+            println!(
+                "ready namesrv={} broker={}",
+                namesrv_addr, running.local_addr
+            );
+            stop_signal.wait().await;
+        }
     }
-    tracing::info!(namesrv = %namesrv_addr, broker = %running.local_addr, data = %data.display(), "quiver is up");
-    println!(
-        "ready namesrv={} broker={}",
-        namesrv_addr, running.local_addr
-    );
-    wait_for_stop_signal().await;
     tracing::info!("stopping");
     running.shutdown().await;
     let _ = stop.send(true);
@@ -227,7 +245,11 @@ async fn up(
     Ok(())
 }
 
-async fn namesrv(listen: SocketAddr, broker_expiry_ms: i64) -> anyhow::Result<()> {
+async fn namesrv(
+    listen: SocketAddr,
+    broker_expiry_ms: i64,
+    mut stop_signal: StopSignal,
+) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -240,13 +262,17 @@ async fn namesrv(listen: SocketAddr, broker_expiry_ms: i64) -> anyhow::Result<()
     let task = tokio::spawn(quiver_namesrv::run(listener, config, stopped));
     tracing::info!(addr = %local, "name server listening");
     println!("ready namesrv={local}");
-    wait_for_stop_signal().await;
+    stop_signal.wait().await;
     let _ = stop.send(true);
     let _ = task.await;
     Ok(())
 }
 
-async fn broker(config_path: &Path, namesrv: Option<String>) -> anyhow::Result<()> {
+async fn broker(
+    config_path: &Path,
+    namesrv: Option<String>,
+    mut stop_signal: StopSignal,
+) -> anyhow::Result<()> {
     let mut config = BrokerConfig::default();
     apply_config_file(&mut config, config_path)?;
     if let Some(addrs) = namesrv {
@@ -258,25 +284,74 @@ async fn broker(config_path: &Path, namesrv: Option<String>) -> anyhow::Result<(
             .collect();
     }
     let running = quiver_broker::start(config).await?;
-    println!("ready broker={}", running.local_addr);
-    wait_for_stop_signal().await;
+    if !stop_signal.received() {
+        println!("ready broker={}", running.local_addr);
+        stop_signal.wait().await;
+    }
     tracing::info!("stopping");
     running.shutdown().await;
     Ok(())
 }
 
-async fn wait_for_stop_signal() {
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
+/// SIGTERM and SIGINT, watched from the moment it is made: a signal that arrives before
+/// `wait` is kept, not lost to the default action (which would end the process at once).
+struct StopSignal {
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignal {
+    fn watch() -> StopSignal {
+        use tokio::signal::unix::{signal, SignalKind};
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(signal) => Some(signal),
             Err(error) => {
-                tracing::warn!(%error, "cannot watch SIGTERM; stop with Ctrl-C");
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+                tracing::warn!(%error, "cannot watch {name}");
+                None
             }
         };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+        StopSignal {
+            terminate: watch(SignalKind::terminate(), "SIGTERM"),
+            interrupt: watch(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// True when a stop signal arrived since the last look (while the broker was starting).
+    fn received(&mut self) -> bool {
+        let mut received = false;
+        for signal in [&mut self.terminate, &mut self.interrupt]
+            .into_iter()
+            .flatten()
+        {
+            // poll_recv with a no-op waker: ready at once if a signal is pending.
+            let waker = std::task::Waker::noop();
+            let mut context = std::task::Context::from_waker(waker);
+            if signal.poll_recv(&mut context).is_ready() {
+                received = true;
+            }
+        }
+        if received {
+            tracing::info!("stop requested while starting");
+        }
+        received
+    }
+
+    async fn wait(&mut self) {
+        let terminate = async {
+            match &mut self.terminate {
+                Some(signal) => signal.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let interrupt = async {
+            match &mut self.interrupt {
+                Some(signal) => signal.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = terminate => {}
+            _ = interrupt => {}
+        }
     }
 }

@@ -132,6 +132,110 @@ fn a_clean_restart_keeps_messages_offsets_and_topics() {
     assert_eq!(more.keys().next(), Some(&(0, 50)));
 }
 
+/// A consumer commits offsets as fast as it can while the broker is told to stop: every commit
+/// the broker answered is in what the next start reads, because the broker stops reading
+/// requests before it persists offsets, not after.
+#[test]
+fn offsets_committed_until_the_stop_survive_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Stopping", QUEUES).unwrap();
+    let broker = quiver.broker();
+    let committer = std::thread::spawn(move || {
+        let mut client = WireClient::connect(broker, Encoding::Json).unwrap();
+        client
+            .set_read_timeout(std::time::Duration::from_secs(10))
+            .unwrap();
+        let mut answered = 0;
+        for offset in 1.. {
+            let update = Command::request(request_code::UPDATE_CONSUMER_OFFSET, Encoding::Json)
+                .with_ext(
+                    ExtFields::new()
+                        .with("consumerGroup", "g")
+                        .with("topic", "Stopping")
+                        .with("queueId", 1)
+                        .with("commitOffset", offset),
+                );
+            match client.call(update) {
+                Ok(response) if response.code == response_code::SUCCESS => answered = offset,
+                _ => break,
+            }
+        }
+        answered
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        quiver.terminate().unwrap().success(),
+        "clean exit on SIGTERM"
+    );
+    let answered = committer.join().unwrap();
+    assert!(answered > 0, "the broker answered commits before the stop");
+
+    let quiver = up(dir.path());
+    let kept = committed_offset(&quiver, "Stopping", 1).expect("an offset is stored");
+    assert!(
+        kept >= answered,
+        "offset {answered} was acknowledged before the stop, but the restart has {kept}"
+    );
+}
+
+/// A stop asked for while the store recovers does not kill the process halfway: recovery
+/// finishes, the broker closes the store, and the next start is a clean one.
+#[test]
+fn sigterm_during_recovery_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Recovering", QUEUES).unwrap();
+    send_many(&quiver, "Recovering", 2_000, "before");
+    quiver.kill9().unwrap();
+
+    let log_path = dir.path().join("quiver.log");
+    let logged_before = std::fs::read_to_string(&log_path).unwrap_or_default().len();
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log_path)
+        .unwrap();
+    let mut child = std::process::Command::new(binary())
+        .args(["up", "--data", dir.path().to_str().unwrap()])
+        .args(["--namesrv-port", "0", "--broker-port", "0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .env("QUIVER_LOG", "info")
+        .spawn()
+        .unwrap();
+    // SIGTERM as soon as the broker says it opens the store, that is, while it recovers.
+    let opening = quiver_testkit::wait_until(std::time::Duration::from_secs(20), || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log[logged_before..]
+            .contains("opening the store")
+            .then_some(())
+    });
+    assert!(opening.is_some(), "the broker logs that it opens the store");
+    quiver_testkit::terminate_pid(child.id()).unwrap();
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        status.success(),
+        "a clean exit, not death by signal: {status:?}\n{}",
+        &log[logged_before..]
+    );
+    assert!(
+        !dir.path().join("abort").exists(),
+        "the store was closed cleanly"
+    );
+
+    let quiver = up(dir.path());
+    let log = quiver.log();
+    let last_start = &log[log.rfind("opening the store").unwrap()..];
+    assert!(
+        !last_start.contains("unclean stop"),
+        "the start after the stop is a clean one:\n{last_start}"
+    );
+}
+
 #[test]
 fn kill_9_and_restart_keeps_every_acknowledged_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ pub mod crash;
 mod process;
 
 pub use client::{pull_header, send_request, SendOptions, WireClient};
-pub use process::{QuiverProcess, Started};
+pub use process::{terminate_pid, QuiverProcess, Started};
 
 use std::time::{Duration, Instant};
 

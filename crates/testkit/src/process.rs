@@ -124,12 +124,7 @@ impl QuiverProcess {
     /// SIGTERM, then waits for a clean exit.
     pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
-        let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
-        // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped), and a valid signal.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        if rc != 0 {
-            bail!("kill(SIGTERM) failed: {}", std::io::Error::last_os_error());
-        }
+        terminate_pid(child.id())?;
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait()? {
@@ -146,6 +141,18 @@ impl QuiverProcess {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
+}
+
+/// Sends SIGTERM to `pid`, a child the caller spawned and has not reaped yet.
+pub fn terminate_pid(pid: u32) -> anyhow::Result<()> {
+    let pid = libc::pid_t::try_from(pid).context("pid out of range")?;
+    // SAFETY: kill(2) with a pid the caller spawned and still owns (not yet reaped), and a
+    // valid signal.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    if rc != 0 {
+        bail!("kill(SIGTERM) failed: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Drop for QuiverProcess {
