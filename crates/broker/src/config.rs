@@ -186,6 +186,82 @@ impl BrokerConfig {
         store
     }
 
+    /// The configuration in effect, as RocketMQ's keys and values, in the order of a broker.conf
+    /// (what GET_BROKER_CONFIG answers and `mqadmin getBrokerConfig` prints). `listen_port` is
+    /// the port actually bound, which differs from `listenPort=0`. Applying these lines to a
+    /// default configuration gives this one back.
+    pub fn properties(&self, listen_port: u16) -> Vec<(&'static str, String)> {
+        let store = self.store_config();
+        let (flush_type, interval_ms, least_pages, sync_timeout_ms) = match self.flush {
+            FlushMode::Sync { timeout_ms } => ("SYNC_FLUSH", 500, 4, timeout_ms),
+            FlushMode::Async {
+                interval_ms,
+                least_pages,
+            } => ("ASYNC_FLUSH", interval_ms, least_pages, 5_000),
+        };
+        let role = match self.role {
+            BrokerRole::AsyncMaster => "ASYNC_MASTER",
+            BrokerRole::SyncMaster => "SYNC_MASTER",
+            BrokerRole::Slave => "SLAVE",
+        };
+        let path = |path: &std::path::Path| path.display().to_string();
+        vec![
+            ("brokerClusterName", self.cluster_name.clone()),
+            ("brokerName", self.broker_name.clone()),
+            ("brokerId", self.broker_id.to_string()),
+            ("namesrvAddr", self.namesrv_addrs.join(";")),
+            ("brokerIP1", self.broker_ip.to_string()),
+            ("bindAddress", self.bind_addr().ip().to_string()),
+            ("listenPort", listen_port.to_string()),
+            ("brokerRole", role.to_string()),
+            ("brokerPermission", self.broker_permission.to_string()),
+            (
+                "defaultTopicQueueNums",
+                self.default_topic_queue_nums.to_string(),
+            ),
+            ("autoCreateTopicEnable", self.auto_create_topic.to_string()),
+            (
+                "autoCreateSubscriptionGroup",
+                self.auto_create_subscription_group.to_string(),
+            ),
+            ("maxMessageSize", self.max_message_bytes.to_string()),
+            ("flushDiskType", flush_type.to_string()),
+            ("flushIntervalCommitLog", interval_ms.to_string()),
+            ("flushCommitLogLeastPages", least_pages.to_string()),
+            ("syncFlushTimeout", sync_timeout_ms.to_string()),
+            ("storePathRootDir", path(&self.store_root)),
+            ("storePathCommitLog", path(&store.commitlog_dir)),
+            ("storePathConsumeQueue", path(&store.consume_queue_dir)),
+            ("storePathIndex", path(&store.index_dir)),
+            ("storeCheckpoint", path(&store.checkpoint_path)),
+            ("abortFile", path(&store.abort_path)),
+            (
+                "mappedFileSizeCommitLog",
+                self.commitlog_segment_bytes.to_string(),
+            ),
+            (
+                "mappedFileSizeConsumeQueue",
+                (self.consume_queue_entries_per_file * 20).to_string(),
+            ),
+            ("maxHashSlotNum", self.index_slots.to_string()),
+            ("maxIndexNum", self.index_entries_max.to_string()),
+            (
+                "registerNameServerPeriod",
+                self.register_period_ms.to_string(),
+            ),
+            ("deleteWhen", self.delete_when.clone()),
+            ("fileReservedTime", self.file_reserved_hours.to_string()),
+            (
+                "diskMaxUsedSpaceRatio",
+                self.disk_max_used_ratio_percent.to_string(),
+            ),
+            (
+                "messageDelayLevel",
+                crate::delay::format_levels(&self.delay_levels_ms),
+            ),
+        ]
+    }
+
     /// Applies a properties file on top of `self`. Returns the keys it did not act on.
     pub fn apply_properties(&mut self, text: &str) -> Result<Vec<UnknownKey>, ConfigError> {
         let mut unknown = Vec::new();
@@ -466,5 +542,47 @@ mod tests {
         config
             .apply_properties("mappedFileSizeCommitLog=2147483647")
             .expect("the largest segment the store takes");
+    }
+
+    fn as_file(properties: &[(&str, String)]) -> String {
+        properties
+            .iter()
+            .map(|(key, value)| format!("{key}={value}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn the_printed_configuration_reads_back_as_the_same_configuration() {
+        for text in [
+            "",
+            "brokerClusterName=C2\nbrokerName=broker-z\nbrokerId=1\nnamesrvAddr=10.0.0.1:9876;10.0.0.2:9876\n\
+             brokerIP1=10.0.0.7\nbindAddress=0.0.0.0\nbrokerRole=SYNC_MASTER\nbrokerPermission=4\n\
+             defaultTopicQueueNums=16\nautoCreateTopicEnable=false\nautoCreateSubscriptionGroup=false\n\
+             maxMessageSize=1048576\nflushDiskType=SYNC_FLUSH\nsyncFlushTimeout=2500\n\
+             storePathRootDir=/data/q\nstorePathCommitLog=/fast/commitlog\n\
+             mappedFileSizeCommitLog=67108864\nmappedFileSizeConsumeQueue=6000\nmaxHashSlotNum=1000\n\
+             maxIndexNum=4000\nregisterNameServerPeriod=10000\ndeleteWhen=01;13\nfileReservedTime=6\n\
+             diskMaxUsedSpaceRatio=60\nmessageDelayLevel=1s 90s 2m 1h 2d\n",
+            "flushDiskType=ASYNC_FLUSH\nflushIntervalCommitLog=200\nflushCommitLogLeastPages=0\n",
+        ] {
+            let mut config = BrokerConfig::default();
+            config.apply_properties(text).expect("valid");
+            let printed = config.properties(10911);
+            let mut read_back = BrokerConfig::default();
+            let unknown = read_back
+                .apply_properties(&as_file(&printed))
+                .expect("the printed lines are valid");
+            assert!(unknown.is_empty(), "every printed key is read: {unknown:?}");
+            assert_eq!(read_back.properties(10911), printed);
+        }
+        let mut config = BrokerConfig::default();
+        config
+            .apply_properties("flushDiskType=SYNC_FLUSH\nmessageDelayLevel=1s 90s 2m 1h 2d")
+            .unwrap();
+        let printed: std::collections::HashMap<_, _> = config.properties(0).into_iter().collect();
+        assert_eq!(printed["flushDiskType"], "SYNC_FLUSH");
+        assert_eq!(printed["messageDelayLevel"], "1s 90s 2m 1h 2d");
+        assert_eq!(printed["mappedFileSizeCommitLog"], "1073741824");
+        assert_eq!(printed["mappedFileSizeConsumeQueue"], "6000000");
     }
 }

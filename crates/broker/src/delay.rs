@@ -68,6 +68,22 @@ pub fn parse_levels(text: &str) -> Result<Vec<u64>, &'static str> {
     Ok(levels)
 }
 
+/// The levels as `messageDelayLevel` writes them, each in the largest unit that divides it
+/// (`1s 5s 10s 30s 1m ... 2h`); `parse_levels` reads it back to the same values.
+pub fn format_levels(levels_ms: &[u64]) -> String {
+    let words: Vec<String> = levels_ms
+        .iter()
+        .map(|&ms| {
+            let (unit, unit_ms) = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)]
+                .into_iter()
+                .find(|(_, unit_ms)| ms % unit_ms == 0)
+                .unwrap_or(("s", 1_000));
+            format!("{}{unit}", ms / unit_ms)
+        })
+        .collect();
+    words.join(" ")
+}
+
 /// The DELAY level a message asks for, clamped to the highest level; None for no delay.
 pub fn requested_level(properties: &str, levels: &[u64]) -> Option<usize> {
     level_of(find_property(properties, property::DELAY), levels)

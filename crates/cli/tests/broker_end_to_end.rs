@@ -642,3 +642,53 @@ fn a_pull_newer_than_the_groups_heartbeat_is_told_its_subscription_is_not_latest
         response.remark
     );
 }
+
+/// GET_BROKER_CONFIG answers the configuration in effect as properties lines: the values the
+/// file set, the defaults it left, and the port actually bound.
+#[test]
+fn the_broker_config_request_answers_the_configuration_in_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("broker.conf");
+    std::fs::write(
+        &conf,
+        "flushDiskType=SYNC_FLUSH\nsyncFlushTimeout=2500\nfileReservedTime=12\n",
+    )
+    .unwrap();
+    let quiver = quiver_testkit::QuiverProcess::up_with_config(
+        &common::binary(),
+        &dir.path().join("data"),
+        Some(&conf),
+        dir.path(),
+    )
+    .unwrap();
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let response = client
+        .call(Command::request(
+            request_code::GET_BROKER_CONFIG,
+            Encoding::Json,
+        ))
+        .unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+    let text = String::from_utf8(response.body.to_vec()).unwrap();
+    let properties: std::collections::HashMap<&str, &str> = text
+        .lines()
+        .map(|line| line.split_once('=').expect("key=value"))
+        .collect();
+    assert_eq!(properties["flushDiskType"], "SYNC_FLUSH", "{text}");
+    assert_eq!(properties["syncFlushTimeout"], "2500");
+    assert_eq!(properties["fileReservedTime"], "12");
+    assert_eq!(properties["brokerName"], "broker-a");
+    assert_eq!(properties["brokerClusterName"], "DefaultCluster");
+    assert_eq!(
+        properties["listenPort"],
+        quiver.broker().port().to_string(),
+        "the bound port, not listenPort=0"
+    );
+    assert_eq!(
+        properties["storePathCommitLog"],
+        dir.path().join("data/commitlog").display().to_string()
+    );
+    assert!(response
+        .ext_get("version")
+        .is_some_and(|v| v.contains("counter")));
+}

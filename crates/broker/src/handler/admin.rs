@@ -1,4 +1,5 @@
-//! Admin requests: UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, QUERY_TOPIC_CONSUME_BY_WHO.
+//! Admin requests: UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG,
+//! QUERY_TOPIC_CONSUME_BY_WHO.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -110,6 +111,26 @@ pub fn runtime_info(broker: &Broker, request: &Command, _: &Connection) -> Handl
     );
     let body = body::to_json(&KvTable { table });
     Ok(request.response_to(response_code::SUCCESS).with_body(body))
+}
+
+/// The configuration in effect as `key=value` lines, the body `mqadmin getBrokerConfig` reads
+/// with java.util.Properties. The `version` header is the configuration's data version: it
+/// never changes while the broker runs, so it counts 0 since the start.
+pub fn broker_config(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let text: String = broker
+        .config
+        .properties(broker.store_host.port())
+        .into_iter()
+        .map(|(key, value)| format!("{key}={value}\n"))
+        .collect();
+    let version = format!(
+        "{{\"counter\":0,\"stateVersion\":0,\"timestamp\":{}}}",
+        broker.started_ms
+    );
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(quiver_wire::ExtFields::new().with("version", version))
+        .with_body(text.into_bytes()))
 }
 
 pub fn topic_consumed_by(broker: &Broker, request: &Command, _: &Connection) -> Handled {

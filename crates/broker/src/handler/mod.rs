@@ -87,6 +87,7 @@ fn handler_for(code: i32) -> Option<Handler> {
         GET_EARLIEST_MSG_STORETIME => offset::earliest_store_time,
         UPDATE_AND_CREATE_TOPIC => admin::create_topic,
         GET_BROKER_RUNTIME_INFO => admin::runtime_info,
+        GET_BROKER_CONFIG => admin::broker_config,
         QUERY_TOPIC_CONSUME_BY_WHO => admin::topic_consumed_by,
         QUERY_MESSAGE => query::by_key,
         VIEW_MESSAGE_BY_ID => query::by_position,

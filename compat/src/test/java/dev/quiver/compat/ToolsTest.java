@@ -81,6 +81,37 @@ class ToolsTest {
         assertTrue(status.contains("brokerActive") && status.matches("(?s).*brokerActive\\s*:\\s*true.*"), status);
     }
 
+    /** The `key  =  value` lines getBrokerConfig prints. */
+    private static Map<String, String> brokerConfigLines(String output) {
+        Map<String, String> config = new HashMap<>();
+        Matcher line = Pattern.compile("(?m)^(\\w+)\\s*=  (.*)$").matcher(output);
+        while (line.find()) {
+            config.put(line.group(1), line.group(2).trim());
+        }
+        return config;
+    }
+
+    @Test
+    void getBrokerConfigPrintsTheConfigurationInEffect() throws Exception {
+        String clusters = mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
+        String line = clusters.lines().filter(l -> l.contains("broker-a")).findFirst().orElseThrow();
+        Matcher address = ADDRESS.matcher(line);
+        assertTrue(address.find(), line);
+        String broker = address.group();
+
+        Map<String, String> byAddress = brokerConfigLines(Tools.mqadmin("getBrokerConfig", "-b", broker));
+        assertEquals("broker-a", byAddress.get("brokerName"), byAddress.toString());
+        assertEquals("DefaultCluster", byAddress.get("brokerClusterName"), byAddress.toString());
+        assertEquals("ASYNC_FLUSH", byAddress.get("flushDiskType"), byAddress.toString());
+        assertEquals("ASYNC_MASTER", byAddress.get("brokerRole"), byAddress.toString());
+        assertEquals(broker.substring(broker.lastIndexOf(':') + 1), byAddress.get("listenPort"), byAddress.toString());
+        assertTrue(byAddress.getOrDefault("messageDelayLevel", "").startsWith("1s "), byAddress.toString());
+
+        String byCluster = Tools.mqadmin("getBrokerConfig", "-c", "DefaultCluster");
+        assertTrue(byCluster.contains("Master: " + broker), byCluster);
+        assertEquals(byAddress.get("flushDiskType"), brokerConfigLines(byCluster).get("flushDiskType"), byCluster);
+    }
+
     private static Map<Integer, long[]> topicStatusRows(String output) {
         Map<Integer, long[]> rows = new HashMap<>();
         Matcher row = Pattern.compile("(?m)^broker-a\\s+(\\d+)\\s+(\\d+)\\s+(\\d+)\\s").matcher(output);
