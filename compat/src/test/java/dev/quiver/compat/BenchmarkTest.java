@@ -85,6 +85,14 @@ class BenchmarkTest {
                     + "\nconsumer output:\n" + consumerOutput.text(), e);
             }
             assertTrue(progress.contains("Diff Total: 0"), progress);
+            // Its first report line comes a report interval after it started, which a fast run
+            // can beat: wait for one before stopping it, so the check below has lines to read.
+            try {
+                Compat.waitUntil("a Consume TPS line from the benchmark consumer", Duration.ofSeconds(30),
+                    () -> consumerOutput.text().contains("Consume TPS"));
+            } catch (AssertionError e) {
+                throw new AssertionError(e.getMessage() + "\nconsumer output:\n" + consumerOutput.text(), e);
+            }
         } finally {
             consumer.destroy();
             consumer.waitFor(30, TimeUnit.SECONDS);
