@@ -344,8 +344,10 @@ impl BrokerConfig {
                     self.commitlog_segment_bytes = field.number(4096, i32::MAX as u64)?
                 }
                 "mapedFileSizeConsumeQueue" | "mappedFileSizeConsumeQueue" => {
-                    // A byte size in RocketMQ, rounded up to whole 20-byte entries.
-                    let bytes: u64 = field.number(20, 1024 * 1024 * 1024)?;
+                    // A byte size in RocketMQ, rounded up to whole 20-byte entries; the most
+                    // is 1 GiB of entries rounded up, so that every size printed reads back.
+                    let bytes: u64 =
+                        field.number(20, (1024 * 1024 * 1024_u64).div_ceil(20) * 20)?;
                     self.consume_queue_entries_per_file = bytes.div_ceil(20);
                 }
                 "maxHashSlotNum" => self.index_slots = field.number(1, 100_000_000)?,
@@ -584,5 +586,15 @@ mod tests {
         assert_eq!(printed["messageDelayLevel"], "1s 90s 2m 1h 2d");
         assert_eq!(printed["mappedFileSizeCommitLog"], "1073741824");
         assert_eq!(printed["mappedFileSizeConsumeQueue"], "6000000");
+
+        // The largest size rounds up past 1 GiB, and that rounded figure reads back too.
+        let mut config = BrokerConfig::default();
+        config
+            .apply_properties("mappedFileSizeConsumeQueue=1073741824")
+            .unwrap();
+        let printed = config.properties(0);
+        let mut read_back = BrokerConfig::default();
+        read_back.apply_properties(&as_file(&printed)).unwrap();
+        assert_eq!(read_back.properties(0), printed);
     }
 }

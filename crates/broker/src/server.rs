@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
 
 use crate::broker::Broker;
 use crate::connection::{Connection, Outgoing, Responder};
@@ -39,9 +40,13 @@ pub async fn serve(
     let connections_max = broker.config.connections_max;
     let permits = Arc::new(Semaphore::new(connections_max));
     let next_id = AtomicU64::new(1);
+    let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
+            biased;
             _ = shutdown.wait_for(|stop| *stop) => break,
+            // Reap ended connections, so the set holds only live ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -59,7 +64,7 @@ pub async fn serve(
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         let broker = broker.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let (connection, outgoing) = Connection::new(id, peer);
             if let Err(error) =
                 serve_connection(stream, &broker, connection.clone(), outgoing, shutdown).await
@@ -71,16 +76,31 @@ pub async fn serve(
         });
     }
     // Nothing more is accepted; the connections stop reading, answer what they read and end.
-    // Every connection holds one permit until it ends, so having them all back means none is
-    // left to dispatch a request after the broker persists its state.
+    // Once every connection task has ended (those that overstay are aborted, their writers
+    // with them), none is left to dispatch a request or write an answer after the broker
+    // persists its state.
     drop(listener);
     let drain = Duration::from_millis(ANSWER_DRAIN_MS + 1_000);
-    let all = u32::try_from(connections_max).unwrap_or(u32::MAX);
-    if tokio::time::timeout(drain, permits.acquire_many(all))
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open {drain:?} after the stop; closing them");
+    let ended = tokio::time::timeout(drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if ended.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open {drain:?} after the stop; closing them"
+        );
+        connections.shutdown().await;
+    }
+}
+
+/// Aborts the task when dropped: a connection's writer ends with its connection task, even
+/// when that task is aborted.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -93,7 +113,7 @@ async fn serve_connection(
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
-    let writer_task = tokio::spawn(write_frames(writer, outgoing));
+    let _writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing)));
     let in_flight = Arc::new(Semaphore::new(
         broker.config.requests_in_flight_per_connection_max,
     ));
@@ -108,7 +128,6 @@ async fn serve_connection(
                 Err(error) => {
                     broker.write_queued_sends();
                     tracing::warn!(peer = %connection.peer, %error, "closing connection: malformed frame");
-                    writer_task.abort();
                     return Ok(());
                 }
             };
@@ -125,15 +144,15 @@ async fn serve_connection(
                     // as one that sends nothing is: it must not hold a connection slot forever.
                     let wait = tokio::time::timeout(idle, in_flight.clone().acquire_owned());
                     let acquired = tokio::select! {
-                        acquired = wait => acquired,
+                        biased;
                         _ = shutdown.wait_for(|stop| *stop) => break,
+                        acquired = wait => acquired,
                     };
                     match acquired {
                         Ok(Ok(permit)) => permit,
                         Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
                         Err(_) => {
                             tracing::debug!(peer = %connection.peer, "closing connection: answers unread for the idle timeout");
-                            writer_task.abort();
                             return Ok(());
                         }
                     }
@@ -158,8 +177,9 @@ async fn serve_connection(
         }
         let offered = input.capacity() - input.len();
         let read = tokio::select! {
-            read = tokio::time::timeout(idle, reader.read_buf(&mut input)) => Some(read),
+            biased;
             _ = shutdown.wait_for(|stop| *stop) => None,
+            read = tokio::time::timeout(idle, reader.read_buf(&mut input)) => Some(read),
         };
         let Some(read) = read else {
             drain_answers(&in_flight, &broker.config).await;
@@ -177,7 +197,6 @@ async fn serve_connection(
             Ok(Err(error)) => break Err(error),
         }
     };
-    writer_task.abort();
     result
 }
 
