@@ -37,8 +37,7 @@ pub async fn serve(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let connections_max = broker.config.connections_max;
-    let permits = Arc::new(Semaphore::new(connections_max));
+    let permits = Arc::new(Semaphore::new(broker.config.connections_max));
     let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
     loop {

@@ -220,7 +220,7 @@ async fn up(
         .retain(|addr| addr != &namesrv_addr.to_string());
     config.namesrv_addrs.insert(0, namesrv_addr.to_string());
     let running = quiver_broker::start(config).await?;
-    if !stop_signal.received() {
+    if !stop_signal.received().await {
         // Ready means routable: clients look up routes right after the ready line.
         let registered = tokio::select! {
             registered = running.wait_registered(std::time::Duration::from_secs(10)) => Some(registered),
@@ -284,7 +284,7 @@ async fn broker(
             .collect();
     }
     let running = quiver_broker::start(config).await?;
-    if !stop_signal.received() {
+    if !stop_signal.received().await {
         println!("ready broker={}", running.local_addr);
         stop_signal.wait().await;
     }
@@ -317,19 +317,11 @@ impl StopSignal {
     }
 
     /// True when a stop signal arrived since the last look (while the broker was starting).
-    fn received(&mut self) -> bool {
-        let mut received = false;
-        for signal in [&mut self.terminate, &mut self.interrupt]
-            .into_iter()
-            .flatten()
-        {
-            // poll_recv with a no-op waker: ready at once if a signal is pending.
-            let waker = std::task::Waker::noop();
-            let mut context = std::task::Context::from_waker(waker);
-            if signal.poll_recv(&mut context).is_ready() {
-                received = true;
-            }
-        }
+    async fn received(&mut self) -> bool {
+        // A timeout polls its future once before looking at the clock: a pending signal is seen.
+        let received = tokio::time::timeout(std::time::Duration::ZERO, self.wait())
+            .await
+            .is_ok();
         if received {
             tracing::info!("stop requested while starting");
         }
