@@ -249,6 +249,24 @@ impl Appender {
         })
     }
 
+    /// The next byte to write: between groups, the written position.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Drops the topic's queue writers (its ConsumeQueues are being deleted): a later append
+    /// to the topic opens a new queue, with offsets from 0. Call between groups only.
+    pub fn forget_topic(&mut self, topic: &str) {
+        self.writers.retain(|w| w.queue.topic != topic);
+        self.writer_of.clear();
+        for (i, writer) in self.writers.iter().enumerate() {
+            self.writer_of
+                .entry(writer.queue.topic.clone())
+                .or_default()
+                .insert(writer.queue.queue_id, i);
+        }
+    }
+
     fn writer_index(&mut self, topic: &str, queue_id: u32) -> io::Result<usize> {
         if let Some(i) = self.writer_of.get(topic).and_then(|m| m.get(&queue_id)) {
             return Ok(*i);

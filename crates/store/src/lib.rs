@@ -10,6 +10,7 @@ mod checkpoint;
 mod commitlog;
 mod consume_queue;
 mod damaged;
+mod deleted;
 mod flusher;
 mod index;
 mod index_file;
@@ -28,9 +29,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use types::{
-    AppendDone, AppendError, AppendOutcome, AppendRequest, Appended, Boundary, FlushMode,
-    FlushStatus, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus, Record, RecoveryReport,
-    StoreConfig, StoreStats,
+    AppendDone, AppendError, AppendOutcome, AppendRequest, Appended, Boundary, DeleteTopicError,
+    FlushMode, FlushStatus, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus, Record,
+    RecoveryReport, StoreConfig, StoreStats, TopicDeletion,
 };
 
 use appender::{AppendJob, Appender, SyncBatch};
@@ -186,6 +187,65 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<
             path: format!("thread {name}"),
             message: e.to_string(),
         })
+}
+
+/// `Store::delete_topic` with the appender held, so that no append of the topic interleaves.
+fn delete_topic_locked(
+    shared: &Shared,
+    appender: &mut Appender,
+    topic: &str,
+) -> Result<TopicDeletion, DeleteTopicError> {
+    let failed = |path: &std::path::Path, e: std::io::Error| DeleteTopicError {
+        topic: topic.to_string(),
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let position = appender.position();
+    let root = &shared.config.consume_queue_dir;
+    let dir = root.join(topic);
+    let trash = root.join(deleted::trash_name(topic, position));
+    // The commit point: once this rename is durable, the deletion happens (see `deleted.rs`).
+    let renamed = match std::fs::rename(&dir, &trash) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(failed(&dir, e)),
+    };
+    if renamed {
+        checkpoint::sync_parent_dir(&trash).map_err(|e| failed(root, e))?;
+    }
+    let mut next = shared
+        .deletions
+        .read()
+        .expect("deletions lock poisoned")
+        .clone();
+    deleted::add(&mut next, topic, position);
+    deleted::prune(&mut next, shared.min_position.load(Ordering::Acquire));
+    let listed = deleted::store(&shared.config.deleted_topics_path, &next);
+    let listed_ok = listed.is_ok();
+    if let Err(e) = listed {
+        // Undone if the rename can be; otherwise the next open finishes the deletion from the
+        // trash directory's name, and this one carries on in memory.
+        let undone = !renamed
+            || std::fs::rename(&trash, &dir)
+                .and_then(|()| checkpoint::sync_parent_dir(&dir))
+                .is_ok();
+        if undone {
+            return Err(failed(&shared.config.deleted_topics_path, e));
+        }
+    }
+    let queues = shared
+        .queues
+        .write()
+        .expect("queue map lock poisoned")
+        .remove(topic)
+        .map_or(0, |queues| queues.len());
+    appender.forget_topic(topic);
+    *shared.deletions.write().expect("deletions lock poisoned") = next;
+    if renamed && listed_ok {
+        // Left over, the directory is removed by the next open.
+        let _ = std::fs::remove_dir_all(&trash);
+    }
+    Ok(TopicDeletion { queues, position })
 }
 
 impl Store {
@@ -381,6 +441,24 @@ impl Store {
             .listener
             .write()
             .expect("listener lock poisoned") = Some(listener);
+    }
+
+    /// Deletes `topic`'s ConsumeQueues, as RocketMQ's `deleteTopics` does: its queues become
+    /// unknown, an append to it afterwards starts a new queue at offset 0, and its records
+    /// (which stay in the CommitLog until retention takes their segments) are neither
+    /// re-dispatched by recovery nor found by key. Appends wait while it runs. Durable when it
+    /// returns; a crash part-way either undoes it or lets the next open finish it.
+    pub fn delete_topic(&self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
+        let inner = &self.inner;
+        let result = {
+            let mut appender = relock(inner.appender.lock());
+            let result = delete_topic_locked(&inner.shared, &mut appender, topic);
+            // Sends that others queued while this held the appender are left to the holder.
+            inner.append_queued(&mut appender);
+            result
+        };
+        inner.sync_unsynced();
+        result
     }
 
     /// Every (topic, queue) that has a ConsumeQueue.

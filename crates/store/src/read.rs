@@ -332,6 +332,7 @@ pub fn query_by_key(
                 let mut has_key = false;
                 view.for_each_key(|k| has_key |= k == key);
                 view.topic == topic
+                    && !shared.is_deleted(topic, position)
                     && has_key
                     && (begin_ms..=end_ms).contains(&view.store_timestamp_ms)
             });

@@ -14,6 +14,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::commitlog::{segment_too_long, Segments};
 use crate::consume_queue::{ConsumeQueue, Entry};
 use crate::damaged;
+use crate::deleted::{self, Deletions};
 use crate::index::{Index, KeyEntry};
 use crate::prealloc::Preallocation;
 use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN};
@@ -135,6 +136,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         None => None,
     };
     let segments = Segments::open(&config.commitlog_dir, config.segment_bytes)?;
+    let mut deletions = finish_deletions(&config, &mut report.problems)?;
     let queues = RwLock::new(open_queues(&config)?);
     let index = Index::open(
         &config.index_dir,
@@ -154,6 +156,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         keys: Vec::new(),
         bad_ranges: Vec::new(),
         queue_next: HashMap::new(),
+        deletions: &deletions,
     };
     let end = scan.run(start)?;
     let found = std::mem::take(&mut scan.bad_ranges);
@@ -189,6 +192,12 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         },
     };
     let min_position = segments.first_base().unwrap_or(end);
+    let before_prune = deletions.len();
+    deleted::prune(&mut deletions, min_position);
+    if deletions.len() != before_prune {
+        deleted::store(&config.deleted_topics_path, &deletions)
+            .map_err(|e| OpenError::io(&config.deleted_topics_path, &e))?;
+    }
     // Durable before the checkpoint below moves the next scan's start past the damage.
     let bad_ranges = damaged::normalize(
         damaged_before.iter().copied().chain(found).collect(),
@@ -212,6 +221,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         queues,
         index,
         bad_ranges,
+        deletions: RwLock::new(deletions),
         listener: RwLock::new(None),
         messages_appended: AtomicU64::new(0),
         bytes_appended: AtomicU64::new(0),
@@ -230,6 +240,35 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         .and_then(|_| checkpoint::sync_parent_dir(abort))
         .map_err(|e| OpenError::io(abort, &e))?;
     Ok((shared, append_start, report))
+}
+
+/// Loads the deleted-topic list and finishes the deletions a crash interrupted: a ConsumeQueue
+/// directory renamed to its trash name (see `deleted.rs`) is recorded in the list and removed.
+fn finish_deletions(
+    config: &StoreConfig,
+    problems: &mut Vec<String>,
+) -> Result<Deletions, OpenError> {
+    let path = &config.deleted_topics_path;
+    let mut deletions = deleted::load(path, problems).map_err(|e| OpenError::io(path, &e))?;
+    let mut trash = Vec::new();
+    for entry in read_dir(&config.consume_queue_dir)? {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some((topic, position)) = deleted::parse_trash_name(&name) {
+            deleted::add(&mut deletions, topic, position);
+            trash.push(entry.path());
+        }
+    }
+    if trash.is_empty() {
+        return Ok(deletions);
+    }
+    deleted::store(path, &deletions).map_err(|e| OpenError::io(path, &e))?;
+    for dir in trash {
+        // Left over, it is only skipped (its name is no topic's); the next open tries again.
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            problems.push(format!("{}: cannot remove: {e}", dir.display()));
+        }
+    }
+    Ok(deletions)
 }
 
 fn open_queues(config: &StoreConfig) -> Result<QueueMap, OpenError> {
@@ -330,6 +369,8 @@ struct Scan<'a> {
     /// Per topic and queue: one past the QUEUEOFFSET of the last record re-dispatched. A
     /// queue's records lie in the log in offset order, so a record below this is damaged.
     queue_next: HashMap<String, HashMap<u32, u64>>,
+    /// Records of a deleted topic written before its deletion are passed over.
+    deletions: &'a Deletions,
 }
 
 impl Scan<'_> {
@@ -487,6 +528,9 @@ impl Scan<'_> {
             Err(e) => return Ok(Step::Invalid(e.to_string())),
         };
         let position = base + at;
+        if deleted::is_deleted(self.deletions, view.topic, position) {
+            return Ok(Step::Record(total));
+        }
         let entry = Entry {
             position,
             size: total as u32,

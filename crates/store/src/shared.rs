@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::checkpoint::{self, Checkpoint};
 use crate::commitlog::Segments;
 use crate::consume_queue::ConsumeQueue;
+use crate::deleted::{self, Deletions};
 use crate::index::Index;
 use crate::prealloc::Preallocation;
 use crate::types::{OpenError, StoreConfig};
@@ -37,6 +38,8 @@ pub struct Shared {
     pub queues: RwLock<QueueMap>,
     pub index: Index,
     pub bad_ranges: Vec<BadRange>,
+    /// Deleted topics (`deleted.rs`); written under the appender lock.
+    pub deletions: RwLock<Deletions>,
     pub listener: RwLock<Option<ArrivalListener>>,
     pub messages_appended: AtomicU64,
     pub bytes_appended: AtomicU64,
@@ -63,6 +66,12 @@ impl Shared {
     /// The queue, created (directory included) if it does not exist yet.
     pub fn queue_or_create(&self, topic: &str, queue_id: u32) -> io::Result<Arc<ConsumeQueue>> {
         queue_or_create(&self.queues, &self.config, topic, queue_id)
+    }
+
+    /// Whether the record of `topic` at `position` belongs to a deleted topic.
+    pub fn is_deleted(&self, topic: &str, position: u64) -> bool {
+        let deletions = self.deletions.read().expect("deletions lock poisoned");
+        deleted::is_deleted(&deletions, topic, position)
     }
 
     pub fn is_bad(&self, position: u64) -> bool {

@@ -12,6 +12,8 @@ pub struct StoreConfig {
     pub abort_path: PathBuf,
     /// CommitLog ranges found damaged, kept out of reads across restarts (`damaged.rs`).
     pub damaged_path: PathBuf,
+    /// Deleted topics and where the CommitLog stood when each was deleted (`deleted.rs`).
+    pub deleted_topics_path: PathBuf,
     /// Size of one CommitLog segment (RocketMQ: 1 GiB).
     pub segment_bytes: u64,
     /// Entries per ConsumeQueue file (RocketMQ: 300,000 entries = 6,000,000 bytes).
@@ -41,6 +43,7 @@ impl StoreConfig {
             checkpoint_path: root.join("checkpoint"),
             abort_path: root.join("abort"),
             damaged_path: root.join("damaged"),
+            deleted_topics_path: root.join("deletedTopics"),
             segment_bytes: 1 << 30,
             consume_queue_entries_per_file: 300_000,
             flush: FlushMode::default(),
@@ -200,6 +203,25 @@ pub enum OpenError {
     },
     #[error("store directory is locked by another process: {0}")]
     Locked(String),
+}
+
+/// A topic deletion that failed part-way; what it did is finished by the next recovery if it
+/// got as far as renaming the topic's ConsumeQueue directory, and is undone otherwise.
+#[derive(Debug, thiserror::Error)]
+#[error("deleting topic {topic} failed on {path}: {message}")]
+pub struct DeleteTopicError {
+    pub topic: String,
+    pub path: String,
+    pub message: String,
+}
+
+/// What a topic deletion removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicDeletion {
+    /// ConsumeQueues removed.
+    pub queues: usize,
+    /// The CommitLog position at the deletion: the topic's records below it stay out of reads.
+    pub position: u64,
 }
 
 impl OpenError {
