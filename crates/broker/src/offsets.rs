@@ -82,6 +82,20 @@ impl ConsumerOffsets {
             .collect()
     }
 
+    /// Forgets every group's offsets on `topic` (a deleted topic). Returns whether any went.
+    pub fn remove_topic(&self, topic: &str) -> bool {
+        let mut table = self.table.lock().expect("offset table lock poisoned");
+        let before = table.offset_table.len();
+        table
+            .offset_table
+            .retain(|k, _| k.split_once('@').is_none_or(|(t, _)| t != topic));
+        let removed = table.offset_table.len() != before;
+        if removed {
+            self.dirty.store(true, Ordering::Release);
+        }
+        removed
+    }
+
     /// Writes the table if it changed since the last write.
     pub fn persist_if_dirty(&self) -> std::io::Result<()> {
         let result = self.file.write(|| {

@@ -246,6 +246,19 @@ impl TopicTable {
         Ok(true)
     }
 
+    /// Removes a topic and persists the table. Returns whether it existed.
+    pub fn remove(&self, topic: &str) -> Result<bool, TopicError> {
+        {
+            let mut inner = self.inner.write().expect("topic table lock poisoned");
+            if inner.topic_config_table.remove(topic).is_none() {
+                return Ok(false);
+            }
+            inner.data_version.counter += 1;
+        }
+        self.persist()?;
+        Ok(true)
+    }
+
     pub fn snapshot(&self) -> TopicConfigSerializeWrapper {
         let inner = self.inner.read().expect("topic table lock poisoned");
         TopicConfigSerializeWrapper {

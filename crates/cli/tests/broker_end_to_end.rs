@@ -692,3 +692,135 @@ fn the_broker_config_request_answers_the_configuration_in_effect() {
         .ext_get("version")
         .is_some_and(|v| v.contains("counter")));
 }
+
+#[test]
+fn a_deleted_topic_is_gone_and_its_name_starts_again_empty_across_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Doomed", 2).unwrap();
+    let to_queue_0 = |i: usize| SendOptions {
+        queue_id: Some(0),
+        keys: Some(format!("doomed-{i}")),
+        ..SendOptions::default()
+    };
+    for i in 0..6 {
+        let response = client
+            .send("Doomed", format!("old {i}").as_bytes(), &to_queue_0(i))
+            .unwrap();
+        assert_eq!(response.code, response_code::SUCCESS);
+    }
+    let offsets = |code| {
+        Command::request(code, Encoding::Json).with_ext(
+            ExtFields::new()
+                .with("consumerGroup", "doomed_group")
+                .with("topic", "Doomed")
+                .with("queueId", 0),
+        )
+    };
+    let commit = offsets(request_code::UPDATE_CONSUMER_OFFSET);
+    let commit = Command {
+        ext: Some(commit.ext.unwrap().with("commitOffset", 4)),
+        ..commit
+    };
+    assert_eq!(client.call(commit).unwrap().code, response_code::SUCCESS);
+    wait_for_route(quiver.namesrv(), "Doomed");
+
+    let delete = |topic: &str| {
+        Command::request(request_code::DELETE_TOPIC_IN_BROKER, Encoding::Json)
+            .with_ext(ExtFields::new().with("topic", topic))
+    };
+    for refused in [" ", "SCHEDULE_TOPIC_XXXX", "../consumequeue"] {
+        let response = client.call(delete(refused)).unwrap();
+        assert_eq!(
+            response.code,
+            response_code::INVALID_PARAMETER,
+            "{refused:?}: {:?}",
+            response.remark
+        );
+    }
+    let response = client.call(delete("Doomed")).unwrap();
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
+    let max_offset = |client: &mut WireClient| {
+        let request = Command::request(request_code::GET_MAX_OFFSET, Encoding::Json)
+            .with_ext(ExtFields::new().with("topic", "Doomed").with("queueId", 0));
+        ext_i64(&client.call(request).unwrap(), "offset")
+    };
+    assert_eq!(max_offset(&mut client), 0);
+    assert_eq!(
+        client
+            .call(offsets(request_code::QUERY_CONSUMER_OFFSET))
+            .unwrap()
+            .code,
+        response_code::QUERY_NOT_FOUND,
+        "the deleted topic's committed offsets go with it"
+    );
+    let query = Command::request(request_code::QUERY_MESSAGE, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("topic", "Doomed")
+            .with("key", "doomed-3")
+            .with("maxNum", 32)
+            .with("beginTimestamp", 0)
+            .with("endTimestamp", i64::MAX),
+    );
+    let response = client.call(query.clone()).unwrap();
+    assert!(
+        response.body.is_empty(),
+        "found a deleted message by key: {response:?}"
+    );
+
+    // The name server forgets the route when told, as mqadmin deleteTopic tells it.
+    let mut namesrv = WireClient::connect(quiver.namesrv(), Encoding::Json).unwrap();
+    let response = namesrv
+        .call(
+            Command::request(request_code::DELETE_TOPIC_IN_NAMESRV, Encoding::Json).with_ext(
+                ExtFields::new()
+                    .with("topic", "Doomed")
+                    .with("clusterName", "DefaultCluster"),
+            ),
+        )
+        .unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+    let route = Command::request(request_code::GET_ROUTEINFO_BY_TOPIC, Encoding::Json)
+        .with_ext(ExtFields::new().with("topic", "Doomed"));
+    assert_eq!(
+        namesrv.call(route).unwrap().code,
+        response_code::TOPIC_NOT_EXIST
+    );
+
+    // Created again, the topic starts at offset 0; a crash brings back none of the old one.
+    client.create_topic("Doomed", 2).unwrap();
+    for i in 0..2 {
+        let response = client
+            .send("Doomed", format!("new {i}").as_bytes(), &to_queue_0(i))
+            .unwrap();
+        assert_eq!(ext_i64(&response, "queueOffset"), i as i64);
+    }
+    drop(client);
+    quiver.kill9().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let bodies: Vec<Bytes> = pull_all(&mut client, "Doomed", 0, 0)
+        .into_iter()
+        .map(|m| m.body)
+        .collect();
+    assert_eq!(bodies, [Bytes::from("new 0"), Bytes::from("new 1")]);
+    assert_eq!(max_offset(&mut client), 2);
+    let response = client.call(query.clone()).unwrap();
+    assert!(
+        response.body.is_empty(),
+        "found a deleted message by key after the restart: {response:?}"
+    );
+    let new_key = Command {
+        ext: Some(query.ext.unwrap().with("key", "doomed-1")),
+        ..query
+    };
+    let found = StoredMessage::decode_all(&client.call(new_key).unwrap().body).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].body, Bytes::from("new 1"));
+}

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use quiver_wire::body::{self, RegisterBrokerBody};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{
-    ext_or_err, GetRouteInfoRequestHeader, HeaderError, KvConfigHeader,
-    RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
+    ext_or_err, DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader, HeaderError,
+    KvConfigHeader, RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
 };
 use quiver_wire::message::body_crc;
 use quiver_wire::{Command, ExtFields};
@@ -35,6 +35,7 @@ fn handler_for(code: i32) -> Option<Handler> {
         request_code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => topic_list,
         request_code::QUERY_DATA_VERSION => query_data_version,
         request_code::BROKER_HEARTBEAT => broker_heartbeat,
+        request_code::DELETE_TOPIC_IN_NAMESRV => delete_topic,
         _ => return None,
     })
 }
@@ -160,6 +161,15 @@ fn topic_list(call: &Call, request: &Command) -> Result<Command, HeaderError> {
     Ok(request
         .response_to(response_code::SUCCESS)
         .with_body(body::to_json(&list)))
+}
+
+/// Answers SUCCESS whether or not the topic was known, as Java's name server does.
+fn delete_topic(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let header = DeleteTopicFromNamesrvRequestHeader::from_ext(ext_or_err(request)?)?;
+    let cluster = header.cluster_name.as_deref().filter(|c| !c.is_empty());
+    let removed = lock(call).delete_topic(&header.topic, cluster);
+    tracing::info!(topic = %header.topic, cluster = ?cluster, brokers = removed, "topic route deleted");
+    Ok(request.response_to(response_code::SUCCESS))
 }
 
 fn put_kv_config(call: &Call, request: &Command) -> Result<Command, HeaderError> {

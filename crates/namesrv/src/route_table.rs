@@ -232,6 +232,30 @@ impl RouteTable {
         }
     }
 
+    /// Removes the topic's queues on the brokers of `cluster` (on every broker when `None`),
+    /// and the topic when no broker is left serving it. A cluster not known removes nothing,
+    /// as in RocketMQ. Returns how many brokers' queues went.
+    pub fn delete_topic(&mut self, topic: &str, cluster: Option<&str>) -> usize {
+        let Some(queues) = self.topics.get_mut(topic) else {
+            return 0;
+        };
+        let before = queues.len();
+        match cluster {
+            None => queues.clear(),
+            Some(cluster) => {
+                let Some(brokers) = self.clusters.get(cluster) else {
+                    return 0;
+                };
+                queues.retain(|broker_name, _| !brokers.contains(broker_name));
+            }
+        }
+        let removed = before - queues.len();
+        if queues.is_empty() {
+            self.topics.remove(topic);
+        }
+        removed
+    }
+
     pub fn kv_put(&mut self, namespace: &str, key: &str, value: &str) {
         self.kv
             .entry(namespace.to_string())
@@ -283,6 +307,26 @@ mod tests {
             expiry_ms: None,
             topics,
         }
+    }
+
+    #[test]
+    fn a_topic_is_deleted_from_one_cluster_or_from_all() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), None, 0);
+        let mut other = registration("b", "127.0.0.1:2", &[("T", 2), ("U", 1)]);
+        other.cluster = "Other".to_string();
+        table.register(other, None, 0);
+        assert_eq!(table.delete_topic("T", Some("NoSuchCluster")), 0);
+        assert_eq!(table.delete_topic("T", Some("DefaultCluster")), 1);
+        let route = table.route("T").expect("still served by b");
+        assert_eq!(route.queue_datas.len(), 1);
+        assert_eq!(route.queue_datas[0].broker_name, "b");
+        assert_eq!(table.delete_topic("T", Some("Other")), 1);
+        assert!(table.route("T").is_none());
+        assert!(!table.topic_list().topic_list.contains(&"T".to_string()));
+        assert_eq!(table.delete_topic("T", None), 0);
+        assert_eq!(table.delete_topic("U", None), 1);
+        assert!(table.route("U").is_none());
     }
 
     #[test]

@@ -200,8 +200,16 @@ fn delete_topic_locked(
         path: path.display().to_string(),
         message: e.to_string(),
     };
-    let position = appender.position();
     let root = &shared.config.consume_queue_dir;
+    if !appender::valid_topic(topic) {
+        // Never a path outside the ConsumeQueue directory.
+        return Err(DeleteTopicError {
+            topic: topic.to_string(),
+            path: root.display().to_string(),
+            message: "not a valid topic name".to_string(),
+        });
+    }
+    let position = appender.position();
     let dir = root.join(topic);
     let trash = root.join(deleted::trash_name(topic, position));
     // The commit point: once this rename is durable, the deletion happens (see `deleted.rs`).

@@ -1,12 +1,14 @@
-//! Admin requests: UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG,
-//! QUERY_TOPIC_CONSUME_BY_WHO.
+//! Admin requests: UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_BROKER_RUNTIME_INFO,
+//! GET_BROKER_CONFIG, QUERY_TOPIC_CONSUME_BY_WHO.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use quiver_wire::body::{self, GroupList, KvTable, TopicConfig};
 use quiver_wire::code::response_code;
-use quiver_wire::header::{ext_or_err, CreateTopicRequestHeader, QueryTopicConsumeByWhoHeader};
+use quiver_wire::header::{
+    ext_or_err, CreateTopicRequestHeader, DeleteTopicRequestHeader, QueryTopicConsumeByWhoHeader,
+};
 use quiver_wire::Command;
 
 use super::{Handled, Refusal};
@@ -54,6 +56,54 @@ pub fn create_topic(broker: &Broker, request: &Command, _: &Connection) -> Handl
         tracing::info!(topic = %header.topic, queues = header.write_queue_nums, "topic created or updated");
         broker.topics_changed();
     }
+    Ok(request.response_to(response_code::SUCCESS))
+}
+
+/// DELETE_TOPIC_IN_BROKER (215), as RocketMQ answers it: the topic's configuration, its
+/// consumer offsets and its ConsumeQueues go. Its records stay in the CommitLog until retention
+/// and are never served again, also when the topic is created anew (its offsets then start at
+/// 0, as in RocketMQ). The name server keeps the route until it is told (mqadmin does both).
+pub fn delete_topic(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+    let header = DeleteTopicRequestHeader::from_ext(ext_or_err(request)?)?;
+    let topic = header.topic.as_str();
+    if topic.trim().is_empty() {
+        return Err(Refusal::new(
+            response_code::INVALID_PARAMETER,
+            "The specified topic is blank.",
+        ));
+    }
+    validate_topic_name(topic)
+        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
+    let config = &broker.config;
+    if is_system_topic(topic, &config.cluster_name, &config.broker_name) {
+        let remark = format!("The topic[{topic}] is conflict with system topic.");
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    let system_error = |e: &dyn std::fmt::Display| {
+        tracing::error!(topic, error = %e, "deleting topic failed");
+        Refusal::new(response_code::SYSTEM_ERROR, e.to_string())
+    };
+    // Offsets go first, durably: offsets outliving the queues would make the consumers of a
+    // topic created anew under this name skip its first messages.
+    let forget_offsets = || {
+        broker.offsets.remove_topic(topic);
+        broker.offsets.persist_if_dirty()
+    };
+    forget_offsets().map_err(|e| system_error(&e))?;
+    let deletion = broker
+        .store
+        .delete_topic(topic)
+        .map_err(|e| system_error(&e))?;
+    // Again, for commits that raced the deletion.
+    forget_offsets().map_err(|e| system_error(&e))?;
+    let existed = broker.topics.remove(topic).map_err(|e| system_error(&e))?;
+    tracing::info!(
+        topic,
+        existed,
+        queues = deletion.queues,
+        position = deletion.position,
+        "topic deleted"
+    );
     Ok(request.response_to(response_code::SUCCESS))
 }
 

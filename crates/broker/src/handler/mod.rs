@@ -86,6 +86,7 @@ fn handler_for(code: i32) -> Option<Handler> {
         SEARCH_OFFSET_BY_TIMESTAMP => offset::search_offset_by_timestamp,
         GET_EARLIEST_MSG_STORETIME => offset::earliest_store_time,
         UPDATE_AND_CREATE_TOPIC => admin::create_topic,
+        DELETE_TOPIC_IN_BROKER => admin::delete_topic,
         GET_BROKER_RUNTIME_INFO => admin::runtime_info,
         GET_BROKER_CONFIG => admin::broker_config,
         QUERY_TOPIC_CONSUME_BY_WHO => admin::topic_consumed_by,

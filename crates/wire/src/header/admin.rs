@@ -27,6 +27,14 @@ ext_header!(CreateTopicRequestHeader {
     order: def "order" = false,
 });
 
+/// DELETE_TOPIC_IN_BROKER (215).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteTopicRequestHeader {
+    pub topic: String,
+}
+
+ext_header!(DeleteTopicRequestHeader { topic: req "topic" });
+
 /// QUERY_MESSAGE (12): lookup by key, or by UNIQ_KEY when `_UNIQUE_KEY_QUERY` is true.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueryMessageRequestHeader {

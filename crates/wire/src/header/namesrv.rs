@@ -52,6 +52,19 @@ ext_header!(UnregisterBrokerRequestHeader {
     broker_id: req "brokerId",
 });
 
+/// DELETE_TOPIC_IN_NAMESRV (216): the topic's routes through the cluster's brokers, or through
+/// every broker when no cluster is named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteTopicFromNamesrvRequestHeader {
+    pub topic: String,
+    pub cluster_name: Option<String>,
+}
+
+ext_header!(DeleteTopicFromNamesrvRequestHeader {
+    topic: req "topic",
+    cluster_name: opt "clusterName",
+});
+
 /// PUT_KV_CONFIG (100) carries `value`; GET (101) and DELETE (102) do not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvConfigHeader {

@@ -112,6 +112,52 @@ class ToolsTest {
         assertEquals(byAddress.get("flushDiskType"), brokerConfigLines(byCluster).get("flushDiskType"), byCluster);
     }
 
+    @Test
+    void deleteTopicRemovesTheTopicAndItsNameStartsAgainEmpty() throws Exception {
+        // updateTopic -c needs the cluster listed; a broker just started may not have registered.
+        mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
+        String topic = Compat.unique("doomed");
+        String created = Tools.mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2");
+        assertTrue(created.contains("success"), created);
+        mqadminUntil("topicList with " + topic, out -> out.lines().anyMatch(topic::equals), "topicList");
+        Compat.waitUntil("producer sees 2 queues", Compat.WAIT, () -> {
+            try {
+                return producer.fetchPublishMessageQueues(topic).size() == 2;
+            } catch (Exception e) {
+                return false;
+            }
+        });
+        for (int i = 0; i < 4; i++) {
+            producer.send(new Message(topic, "TagD", "old-" + i, ("old " + i).getBytes(UTF_8)));
+        }
+
+        String deleted = Tools.mqadmin("deleteTopic", "-c", "DefaultCluster", "-t", topic);
+        assertTrue(deleted.contains("delete topic [" + topic + "] from cluster [DefaultCluster] success."), deleted);
+        assertTrue(deleted.contains("delete topic [" + topic + "] from NameServer success."), deleted);
+        mqadminUntil("topicList without " + topic, out -> out.lines().noneMatch(topic::equals), "topicList");
+
+        // Created again under the same name, the topic starts empty, at offset 0.
+        created = Tools.mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2");
+        assertTrue(created.contains("success"), created);
+        mqadminUntil("topicList with " + topic + " again", out -> out.lines().anyMatch(topic::equals), "topicList");
+        Map<Integer, long[]> empty = topicStatusRows(Tools.mqadmin("topicStatus", "-t", topic));
+        assertEquals(2, empty.size(), empty.toString());
+        for (long[] row : empty.values()) {
+            assertEquals(0, row[0], "min offset after the delete");
+            assertEquals(0, row[1], "max offset after the delete");
+        }
+        for (int i = 0; i < 3; i++) {
+            producer.send(new Message(topic, "TagD", "new-" + i, ("new " + i).getBytes(UTF_8)));
+        }
+        Map<Integer, long[]> rows = topicStatusRows(Tools.mqadmin("topicStatus", "-t", topic));
+        assertEquals(3, rows.values().stream().mapToLong(row -> row[1]).sum(), "max offsets after 3 sends");
+        List<MessageExt> read = Compat.readTopic(topic, 3);
+        assertEquals(3, read.size(), "read back");
+        for (MessageExt message : read) {
+            assertTrue(Compat.body(message).startsWith("new "), Compat.body(message));
+        }
+    }
+
     private static Map<Integer, long[]> topicStatusRows(String output) {
         Map<Integer, long[]> rows = new HashMap<>();
         Matcher row = Pattern.compile("(?m)^broker-a\\s+(\\d+)\\s+(\\d+)\\s+(\\d+)\\s").matcher(output);
