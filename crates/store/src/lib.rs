@@ -210,6 +210,11 @@ fn delete_topic_locked(
         });
     }
     let position = appender.position();
+    // The log must not end below the deletion after a crash: records appended after recovery
+    // would then lie below it and be taken for the deleted topic's.
+    shared
+        .flush_commitlog(position)
+        .map_err(|e| failed(&shared.config.commitlog_dir, e))?;
     let dir = root.join(topic);
     let trash = root.join(deleted::trash_name(topic, position));
     // The commit point: once this rename is durable, the deletion happens (see `deleted.rs`).

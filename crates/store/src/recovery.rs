@@ -192,9 +192,14 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         },
     };
     let min_position = segments.first_base().unwrap_or(end);
-    let before_prune = deletions.len();
+    let before = deletions.clone();
     deleted::prune(&mut deletions, min_position);
-    if deletions.len() != before_prune {
+    // A deletion past the log's end (files cut by hand): every record of the topic left is
+    // older, and the ones appended from here on are not.
+    for position in deletions.values_mut() {
+        *position = (*position).min(end);
+    }
+    if deletions != before {
         deleted::store(&config.deleted_topics_path, &deletions)
             .map_err(|e| OpenError::io(&config.deleted_topics_path, &e))?;
     }

@@ -1,5 +1,5 @@
-//! Model-based test: random appends, reads, clean reopens, crashes (with torn tails and
-//! garbage) and flushes, checked against a plain in-memory model of every queue.
+//! Model-based test: random appends, reads, topic deletions, clean reopens, crashes (with torn
+//! tails and garbage) and flushes, checked against a plain in-memory model of every queue.
 
 mod common;
 
@@ -32,6 +32,8 @@ enum Op {
         garbage_bytes: Option<usize>,
     },
     FlushWait,
+    /// Deletes the topic; appends to it afterwards start a new topic at offset 0.
+    Delete(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -44,6 +46,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (prop::option::of(0.0..1.0f64), prop::option::of(1..64usize))
             .prop_map(|(cut, garbage_bytes)| Op::Crash { cut, garbage_bytes }),
         1 => Just(Op::FlushWait),
+        1 => (0..2usize).prop_map(Op::Delete),
     ]
 }
 
@@ -87,7 +90,21 @@ fn read_all(store: &Store, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
 
 /// Checks the reopened store against the model and shrinks the model to what survived.
 /// `kept_below`: every record ending at or below this position must have survived.
-fn check_reopened(store: &Store, model: &mut Model, kept_below: Option<u64>) {
+fn check_reopened(
+    store: &Store,
+    model: &mut Model,
+    kept_below: Option<u64>,
+    gone: &[(&str, String)],
+) {
+    for (topic, key) in gone.iter().rev().take(4) {
+        let found = store
+            .query_by_key(topic, key, 4, 0, i64::MAX)
+            .expect("query");
+        assert!(
+            found.is_empty(),
+            "deleted {topic} record {key} found by key"
+        );
+    }
     for (topic, queue_id) in store.queues() {
         assert!(
             model.contains_key(&(topic.clone(), queue_id))
@@ -162,6 +179,9 @@ fn run(ops: Vec<Op>, background_flush: bool) {
     let (mut store, _) = Store::open(config(dir.path(), background_flush)).expect("open");
     let mut model = Model::new();
     let mut serial = 0u64;
+    // Keys of the records of each topic since its last deletion, and of the deleted ones.
+    let mut keys: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut gone: Vec<(&str, String)> = Vec::new();
     for op in ops {
         match op {
             Op::Append(batch) => {
@@ -188,6 +208,9 @@ fn run(ops: Vec<Op>, background_flush: bool) {
                     })
                     .collect();
                 let outcome = append(&store, records.clone()).expect("append");
+                for ((topic, ..), uniq) in batch.iter().zip(&uniq) {
+                    keys.entry(TOPICS[*topic]).or_default().push(uniq.clone());
+                }
                 for (r, a) in records.iter().zip(&outcome.entries) {
                     let queue = model.entry((r.topic.clone(), r.queue_id)).or_default();
                     assert_eq!(
@@ -259,7 +282,7 @@ fn run(ops: Vec<Op>, background_flush: bool) {
                     Store::open(config(dir.path(), background_flush)).expect("reopen");
                 assert!(!report.crashed && report.problems.is_empty(), "{report:?}");
                 store = reopened;
-                check_reopened(&store, &mut model, None);
+                check_reopened(&store, &mut model, None, &gone);
             }
             Op::Crash { cut, garbage_bytes } => {
                 let flushed = store.stats().flushed_position;
@@ -270,7 +293,22 @@ fn run(ops: Vec<Op>, background_flush: bool) {
                 assert!(report.crashed);
                 assert!(report.problems.is_empty(), "{:?}", report.problems);
                 store = reopened;
-                check_reopened(&store, &mut model, Some(flushed));
+                check_reopened(&store, &mut model, Some(flushed), &gone);
+            }
+            Op::Delete(topic) => {
+                let topic = TOPICS[topic];
+                let queues = model.keys().filter(|(t, _)| t == topic).count();
+                let deletion = store.delete_topic(topic).expect("delete");
+                assert!(
+                    deletion.queues >= queues,
+                    "{deletion:?}: {queues} in the model"
+                );
+                model.retain(|(t, _), _| t != topic);
+                for key in keys.remove(topic).unwrap_or_default() {
+                    gone.push((topic, key));
+                }
+                assert!(store.queues().iter().all(|(t, _)| t != topic));
+                check_reopened(&store, &mut model, None, &gone);
             }
             Op::FlushWait => {
                 store.flush().expect("flush");
