@@ -17,9 +17,10 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use crate::checkpoint::sync_parent_dir;
 use crate::commitlog::{open_read_write, parse_segment_name, segment_name};
 
 pub const ENTRY_BYTES: usize = 20;
@@ -77,6 +78,9 @@ pub struct ConsumeQueue {
     /// Entries below this are fsynced; only the checkpoint writer touches it.
     flushed_offset: AtomicU64,
     tail: Mutex<Tail>,
+    /// Set, under the `files` lock, when the queue's topic is deleted: its directory may then
+    /// hold a new queue of the same name, which nothing done through this one may touch.
+    retired: AtomicBool,
 }
 
 /// Entries written and not yet in the file: `bytes` holds the entries from offset `first` on.
@@ -102,7 +106,13 @@ impl ConsumeQueue {
     ) -> io::Result<ConsumeQueue> {
         assert!(entries_per_file > 0, "entries_per_file must be positive");
         let dir = root.join(topic).join(queue_id.to_string());
-        std::fs::create_dir_all(&dir)?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir)?;
+            // The checkpoint will vouch for entries in here: the directories must outlive a
+            // power loss as surely as the files in them.
+            sync_parent_dir(&dir)?;
+            sync_parent_dir(&root.join(topic))?;
+        }
         let file_bytes = entries_per_file * ENTRY_BYTES as u64;
         let mut files = BTreeMap::new();
         for entry in std::fs::read_dir(&dir)? {
@@ -138,6 +148,7 @@ impl ConsumeQueue {
             max_offset: AtomicU64::new(0),
             flushed_offset: AtomicU64::new(0),
             tail: Mutex::new(Tail::default()),
+            retired: AtomicBool::new(false),
         };
         Ok(queue)
     }
@@ -154,13 +165,33 @@ impl ConsumeQueue {
         files.get(&file_number).cloned()
     }
 
-    fn file_for_write(&self, file_number: u64) -> io::Result<Arc<File>> {
+    /// The file's handle, the file created if needed; None once the queue is retired.
+    fn file_for_write(&self, file_number: u64) -> io::Result<Option<Arc<File>>> {
         if let Some(file) = self.file(file_number) {
-            return Ok(file);
+            // Writing through a handle never reaches a newer queue's files.
+            return Ok(Some(file));
         }
-        let file = Arc::new(open_read_write(&self.file_path(file_number), true)?);
+        // Created under the lock, so that `retire` cannot come between the check and the
+        // creation of a file in what may by then be another queue's directory.
         let mut files = self.files.write().expect("consume queue lock poisoned");
-        Ok(Arc::clone(files.entry(file_number).or_insert(file)))
+        if self.retired.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        if let Some(file) = files.get(&file_number) {
+            return Ok(Some(Arc::clone(file)));
+        }
+        let path = self.file_path(file_number);
+        let file = Arc::new(open_read_write(&path, true)?);
+        sync_parent_dir(&path)?;
+        files.insert(file_number, Arc::clone(&file));
+        Ok(Some(file))
+    }
+
+    /// Marks the queue deleted (its topic was): from now on it creates and removes no files by
+    /// path. Handles already open stay usable for readers.
+    pub fn retire(&self) {
+        let _files = self.files.write().expect("consume queue lock poisoned");
+        self.retired.store(true, Ordering::Release);
     }
 
     fn tail(&self) -> MutexGuard<'_, Tail> {
@@ -197,8 +228,12 @@ impl ConsumeQueue {
             let in_file = offset % self.entries_per_file;
             let count = ((self.entries_per_file - in_file) as usize).min(bytes.len() / ENTRY_BYTES);
             let (now, rest) = bytes.split_at(count * ENTRY_BYTES);
-            self.file_for_write(file_number)?
-                .write_all_at(now, in_file * ENTRY_BYTES as u64)?;
+            let Some(file) = self.file_for_write(file_number)? else {
+                // Retired: the entries belong to a deleted topic.
+                tail.bytes.clear();
+                return Ok(());
+            };
+            file.write_all_at(now, in_file * ENTRY_BYTES as u64)?;
             bytes = rest;
             offset += count as u64;
         }
@@ -333,6 +368,9 @@ impl ConsumeQueue {
         self.min_offset.fetch_max(low, Ordering::AcqRel);
         let min_offset = self.min_offset.load(Ordering::Acquire);
         let mut files = self.files.write().expect("consume queue lock poisoned");
+        if self.retired.load(Ordering::Acquire) {
+            return Ok(0);
+        }
         let last = files.keys().next_back().copied();
         let doomed: Vec<u64> = files
             .keys()
@@ -491,6 +529,38 @@ mod tests {
         assert_eq!(q.trim(450).expect("trim"), 3);
         assert_eq!(q.bounds(), (0, 4));
         assert!(!dir.path().join("T/0").join(segment_name(120)).exists());
+    }
+
+    /// A deleted topic's queue, still held by retention or the checkpoint writer, must not
+    /// touch the files of a queue created since under the same name.
+    #[test]
+    fn a_retired_queue_leaves_its_successors_files_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = ConsumeQueue::open(dir.path(), "T", 0, 3).expect("open");
+        let old_entries: Vec<u8> = (0..7).flat_map(entry_at).collect();
+        old.write_entries(0, &old_entries).expect("write");
+        old.publish(7);
+        old.flush().expect("flush");
+        // The deletion: retired, then its directory renamed away.
+        old.retire();
+        std::fs::rename(dir.path().join("T"), dir.path().join("T.deleted-700")).expect("rename");
+        let new = ConsumeQueue::open(dir.path(), "T", 0, 3).expect("open again");
+        let new_entries: Vec<u8> = (0..5).flat_map(entry_at).collect();
+        new.write_entries(0, &new_entries).expect("write");
+        new.publish(5);
+        new.flush().expect("flush");
+
+        // Retention on the old queue removes nothing of the new one's.
+        assert_eq!(old.drop_below(u64::MAX).expect("drop_below"), 0);
+        assert!(new.path_for(0).exists());
+        // Entries left in the old queue's tail are dropped, not written into a new file.
+        old.write_entries(7, &entry_at(7)).expect("write");
+        old.write_entries(9, &entry_at(9)).expect("write");
+        old.flush().expect("flush");
+        assert!(!dir.path().join("T/0").join(segment_name(180)).exists());
+        let mut out = Vec::new();
+        new.read_entries(0, 5, &mut out).expect("read");
+        assert_eq!(out, new_entries);
     }
 
     fn entry_at(i: u64) -> [u8; ENTRY_BYTES] {

@@ -232,7 +232,11 @@ fn delete_topic_locked(
         .expect("deletions lock poisoned")
         .clone();
     deleted::add(&mut next, topic, position);
-    deleted::prune(&mut next, shared.min_position.load(Ordering::Acquire));
+    // The first segment on disk, not `min_position`: retention raises that before it removes
+    // the segments, and a deletion must stay listed while any of its records may be read.
+    if let Some(first) = shared.segments.first_base() {
+        deleted::prune(&mut next, first);
+    }
     let listed = deleted::store(&shared.config.deleted_topics_path, &next);
     let listed_ok = listed.is_ok();
     if let Err(e) = listed {
@@ -246,12 +250,18 @@ fn delete_topic_locked(
             return Err(failed(&shared.config.deleted_topics_path, e));
         }
     }
-    let queues = shared
+    let removed = shared
         .queues
         .write()
         .expect("queue map lock poisoned")
         .remove(topic)
-        .map_or(0, |queues| queues.len());
+        .unwrap_or_default();
+    // Retention and the checkpoint writer may hold these still; retired, they leave the
+    // directory (where the topic may be created again) alone.
+    for queue in removed.values() {
+        queue.retire();
+    }
+    let queues = removed.len();
     appender.forget_topic(topic);
     *shared.deletions.write().expect("deletions lock poisoned") = next;
     if renamed && listed_ok {
@@ -463,14 +473,10 @@ impl Store {
     /// returns; a crash part-way either undoes it or lets the next open finish it.
     pub fn delete_topic(&self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
         let inner = &self.inner;
-        let result = {
-            let mut appender = relock(inner.appender.lock());
-            let result = delete_topic_locked(&inner.shared, &mut appender, topic);
-            // Sends that others queued while this held the appender are left to the holder.
-            inner.append_queued(&mut appender);
-            result
-        };
-        inner.sync_unsynced();
+        let result = delete_topic_locked(&inner.shared, &mut relock(inner.appender.lock()), topic);
+        // Sends that others queued while this held the appender were left to the holder: write
+        // them (and, with sync flush, fsync them) as any holder does after letting go.
+        inner.drain();
         result
     }
 

@@ -200,8 +200,11 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         *position = (*position).min(end);
     }
     if deletions != before {
-        deleted::store(&config.deleted_topics_path, &deletions)
-            .map_err(|e| OpenError::io(&config.deleted_topics_path, &e))?;
+        // Only tidying: the entries it would drop or lower do no harm until the next open.
+        if let Err(e) = deleted::store(&config.deleted_topics_path, &deletions) {
+            let path = config.deleted_topics_path.display();
+            report.problems.push(format!("{path}: cannot rewrite: {e}"));
+        }
     }
     // Durable before the checkpoint below moves the next scan's start past the damage.
     let bad_ranges = damaged::normalize(
@@ -266,7 +269,15 @@ fn finish_deletions(
     if trash.is_empty() {
         return Ok(deletions);
     }
-    deleted::store(path, &deletions).map_err(|e| OpenError::io(path, &e))?;
+    if let Err(e) = deleted::store(path, &deletions) {
+        // The trash directories stay, so the next open finishes these deletions again; this
+        // one has them in memory.
+        problems.push(format!(
+            "{}: cannot record deleted topics: {e}",
+            path.display()
+        ));
+        return Ok(deletions);
+    }
     for dir in trash {
         // Left over, it is only skipped (its name is no topic's); the next open tries again.
         if let Err(e) = std::fs::remove_dir_all(&dir) {

@@ -83,20 +83,21 @@ pub fn delete_topic(broker: &Broker, request: &Command, _: &Connection) -> Handl
         tracing::error!(topic, error = %e, "deleting topic failed");
         Refusal::new(response_code::SYSTEM_ERROR, e.to_string())
     };
-    // Offsets go first, durably: offsets outliving the queues would make the consumers of a
-    // topic created anew under this name skip its first messages.
-    let forget_offsets = || {
-        broker.offsets.remove_topic(topic);
-        broker.offsets.persist_if_dirty()
-    };
-    forget_offsets().map_err(|e| system_error(&e))?;
+    // RocketMQ's order. The configuration first: from then on sends and offset commits for
+    // the topic are refused (or, with autoCreateTopicEnable, create it anew), so none lands in
+    // queues about to go or puts an old offset back.
+    let existed = broker.topics.remove(topic).map_err(|e| system_error(&e))?;
+    // Offsets next, durably: offsets outliving the queues would make the consumers of a topic
+    // created anew under this name skip its first messages.
+    broker.offsets.remove_topic(topic);
+    broker
+        .offsets
+        .persist_if_dirty()
+        .map_err(|e| system_error(&e))?;
     let deletion = broker
         .store
         .delete_topic(topic)
         .map_err(|e| system_error(&e))?;
-    // Again, for commits that raced the deletion.
-    forget_offsets().map_err(|e| system_error(&e))?;
-    let existed = broker.topics.remove(topic).map_err(|e| system_error(&e))?;
     tracing::info!(
         topic,
         existed,
