@@ -113,6 +113,18 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     sync_parent_dir(path)
 }
 
+/// `replace_file`, except that empty content removes the file (durably) instead.
+pub fn replace_or_remove_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    if !bytes.is_empty() {
+        return replace_file(path, bytes);
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => sync_parent_dir(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Makes a rename or a new file durable: the directory entry lives in the parent.
 pub fn sync_parent_dir(path: &Path) -> io::Result<()> {
     match path.parent() {

@@ -55,18 +55,11 @@ pub fn normalize(mut ranges: Vec<BadRange>, min_position: u64) -> Vec<BadRange> 
 
 /// Replaces the file with `ranges`; removes it when there are none.
 pub fn store(path: &Path, ranges: &[BadRange]) -> io::Result<()> {
-    if ranges.is_empty() {
-        return match std::fs::remove_file(path) {
-            Ok(()) => checkpoint::sync_parent_dir(path),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        };
-    }
     let text: String = ranges
         .iter()
         .map(|r| format!("{} {}\n", r.start, r.end))
         .collect();
-    checkpoint::replace_file(path, text.as_bytes())
+    checkpoint::replace_or_remove_file(path, text.as_bytes())
 }
 
 #[cfg(test)]

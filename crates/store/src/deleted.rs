@@ -85,18 +85,11 @@ pub fn load(path: &Path, problems: &mut Vec<String>) -> io::Result<Deletions> {
 
 /// Replaces the file with `deletions`; removes it when there are none.
 pub fn store(path: &Path, deletions: &Deletions) -> io::Result<()> {
-    if deletions.is_empty() {
-        return match std::fs::remove_file(path) {
-            Ok(()) => checkpoint::sync_parent_dir(path),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        };
-    }
     let text: String = deletions
         .iter()
         .map(|(topic, position)| format!("{position} {topic}\n"))
         .collect();
-    checkpoint::replace_file(path, text.as_bytes())
+    checkpoint::replace_or_remove_file(path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use quiver_store::{Appended, ReadStatus, Record, Store, StoreConfig};
+use quiver_store::{Appended, Record, Store, StoreConfig};
 
 /// Appends `count` records of `topic` over three queues, each with the key `<prefix><i>`.
 fn fill(store: &Store, topic: &str, prefix: &str, count: usize) -> Vec<(Record, Appended)> {
@@ -25,31 +25,10 @@ fn fill(store: &Store, topic: &str, prefix: &str, count: usize) -> Vec<(Record, 
         .collect()
 }
 
-fn read_all(store: &Store, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
-    let mut offset = store.bounds(topic, queue_id).min_offset;
-    let mut out = Vec::new();
-    loop {
-        let read = store
-            .read(topic, queue_id, offset, 32, u32::MAX, &accept_all)
-            .expect("read");
-        match read.status {
-            ReadStatus::Found | ReadStatus::NoMatchedMessage => {
-                out.extend(split(&read.bytes));
-                offset = read.next_offset;
-            }
-            _ => return out,
-        }
-    }
-}
-
 /// Every queue of `topic` holds exactly `written`, at the offsets the appends gave.
 fn assert_holds(store: &Store, topic: &str, written: &[(Record, Appended)]) {
     for queue_id in 0..3u32 {
-        let expected: Vec<Vec<u8>> = written
-            .iter()
-            .filter(|(r, _)| r.queue_id == queue_id)
-            .map(|(r, a)| stored(r, a.queue_offset, a.position))
-            .collect();
+        let expected = expected_in_queue(written, queue_id);
         let bounds = store.bounds(topic, queue_id);
         assert_eq!(
             bounds.max_offset,
@@ -57,7 +36,7 @@ fn assert_holds(store: &Store, topic: &str, written: &[(Record, Appended)]) {
             "{topic} {queue_id}"
         );
         assert_eq!(
-            read_all(store, topic, queue_id),
+            read_queue_all(store, topic, queue_id),
             expected,
             "{topic} {queue_id}"
         );
@@ -207,7 +186,7 @@ fn appends_racing_a_deletion_are_all_answered() {
     // Every queue's offsets are dense from its min: nothing half-deleted remains.
     for (topic, queue_id) in store.queues() {
         let bounds = store.bounds(&topic, queue_id);
-        let read = read_all(&store, &topic, queue_id);
+        let read = read_queue_all(&store, &topic, queue_id);
         assert_eq!(read.len() as u64, bounds.max_offset - bounds.min_offset);
     }
 }

@@ -27,29 +27,12 @@ fn fill(store: &Store, count: usize) -> Vec<(Record, Appended)> {
 }
 
 fn read_queue(store: &Store, queue_id: u32) -> Vec<Vec<u8>> {
-    let mut offset = store.bounds("T", queue_id).min_offset;
-    let mut out = Vec::new();
-    loop {
-        let read = store
-            .read("T", queue_id, offset, 32, u32::MAX, &accept_all)
-            .expect("read");
-        match read.status {
-            ReadStatus::Found | ReadStatus::NoMatchedMessage => {
-                out.extend(split(&read.bytes));
-                offset = read.next_offset;
-            }
-            _ => return out,
-        }
-    }
+    read_queue_all(store, "T", queue_id)
 }
 
 fn assert_all_readable(store: &Store, written: &[(Record, Appended)]) {
     for queue_id in 0..3u32 {
-        let expected: Vec<Vec<u8>> = written
-            .iter()
-            .filter(|(r, _)| r.queue_id == queue_id)
-            .map(|(r, a)| stored(r, a.queue_offset, a.position))
-            .collect();
+        let expected = expected_in_queue(written, queue_id);
         assert_eq!(read_queue(store, queue_id), expected, "queue {queue_id}");
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use quiver_store::record::{self, RecordBuilder};
 use quiver_store::{
-    AppendError, AppendOutcome, AppendRequest, FlushMode, Record, Store, StoreConfig,
+    AppendError, AppendOutcome, AppendRequest, Appended, FlushMode, ReadStatus, Record, Store,
+    StoreConfig,
 };
 
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -124,4 +125,31 @@ pub fn split(mut body: &[u8]) -> Vec<Vec<u8>> {
 
 pub fn accept_all(_: i64) -> bool {
     true
+}
+
+/// Every record of a queue from its min offset, in offset order (stored bytes).
+pub fn read_queue_all(store: &Store, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
+    let mut offset = store.bounds(topic, queue_id).min_offset;
+    let mut out = Vec::new();
+    loop {
+        let read = store
+            .read(topic, queue_id, offset, 32, u32::MAX, &accept_all)
+            .expect("read");
+        match read.status {
+            ReadStatus::Found | ReadStatus::NoMatchedMessage => {
+                out.extend(split(&read.bytes));
+                offset = read.next_offset;
+            }
+            _ => return out,
+        }
+    }
+}
+
+/// The stored bytes of the records in `written` that went to `queue_id`, in append order.
+pub fn expected_in_queue(written: &[(Record, Appended)], queue_id: u32) -> Vec<Vec<u8>> {
+    written
+        .iter()
+        .filter(|(r, _)| r.queue_id == queue_id)
+        .map(|(r, a)| stored(r, a.queue_offset, a.position))
+        .collect()
 }
