@@ -1,15 +1,17 @@
-//! Orderly-consumer queue locks and the admin figures mqadmin reads: LOCK_BATCH_MQ /
+//! Orderly-consumer queue locks and the admin requests mqadmin sends: LOCK_BATCH_MQ /
 //! UNLOCK_BATCH_MQ, GET_TOPIC_STATS_INFO, GET_CONSUME_STATS (MessageQueue-keyed bodies in
-//! fastjson's bare-object-key form) and GET_TOPIC_CONFIG.
+//! fastjson's bare-object-key form), GET_TOPIC_CONFIG, GET_BROKER_CONFIG and topic deletion.
 
 mod common;
 
-use common::up;
+use bytes::Bytes;
+use common::{ext_i64, pull_all, up, wait_for_route};
 use quiver_testkit::{SendOptions, WireClient};
 use quiver_wire::body::{
     self, LockBatchRequestBody, LockBatchResponseBody, MessageQueue, TopicConfig,
 };
 use quiver_wire::code::{request_code, response_code};
+use quiver_wire::message::StoredMessage;
 use quiver_wire::stats::{ConsumeStats, TopicStatsTable};
 use quiver_wire::{Command, Encoding, ExtFields};
 
@@ -205,4 +207,186 @@ fn system_topics_and_bad_names_cannot_be_created_or_reshaped() {
         client.create_topic("RMQ_SYS_anything", 2).unwrap().code,
         response_code::SUCCESS
     );
+}
+
+/// GET_BROKER_CONFIG answers the configuration in effect as properties lines: the values the
+/// file set, the defaults it left, and the port actually bound.
+#[test]
+fn the_broker_config_request_answers_the_configuration_in_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("broker.conf");
+    std::fs::write(
+        &conf,
+        "flushDiskType=SYNC_FLUSH\nsyncFlushTimeout=2500\nfileReservedTime=12\n",
+    )
+    .unwrap();
+    let quiver = quiver_testkit::QuiverProcess::up_with_config(
+        &common::binary(),
+        &dir.path().join("data"),
+        Some(&conf),
+        dir.path(),
+    )
+    .unwrap();
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let response = client
+        .call(Command::request(
+            request_code::GET_BROKER_CONFIG,
+            Encoding::Json,
+        ))
+        .unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+    let text = String::from_utf8(response.body.to_vec()).unwrap();
+    let properties: std::collections::HashMap<&str, &str> = text
+        .lines()
+        .map(|line| line.split_once('=').expect("key=value"))
+        .collect();
+    assert_eq!(properties["flushDiskType"], "SYNC_FLUSH", "{text}");
+    assert_eq!(properties["syncFlushTimeout"], "2500");
+    assert_eq!(properties["fileReservedTime"], "12");
+    assert_eq!(properties["brokerName"], "broker-a");
+    assert_eq!(properties["brokerClusterName"], "DefaultCluster");
+    assert_eq!(
+        properties["listenPort"],
+        quiver.broker().port().to_string(),
+        "the bound port, not listenPort=0"
+    );
+    assert_eq!(
+        properties["storePathCommitLog"],
+        dir.path().join("data/commitlog").display().to_string()
+    );
+    assert!(response
+        .ext_get("version")
+        .is_some_and(|v| v.contains("counter")));
+}
+
+#[test]
+fn a_deleted_topic_is_gone_and_its_name_starts_again_empty_across_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Doomed", 2).unwrap();
+    let to_queue_0 = |i: usize| SendOptions {
+        queue_id: Some(0),
+        keys: Some(format!("doomed-{i}")),
+        ..SendOptions::default()
+    };
+    for i in 0..6 {
+        let response = client
+            .send("Doomed", format!("old {i}").as_bytes(), &to_queue_0(i))
+            .unwrap();
+        assert_eq!(response.code, response_code::SUCCESS);
+    }
+    let offsets = |code| {
+        Command::request(code, Encoding::Json).with_ext(
+            ExtFields::new()
+                .with("consumerGroup", "doomed_group")
+                .with("topic", "Doomed")
+                .with("queueId", 0),
+        )
+    };
+    let commit = offsets(request_code::UPDATE_CONSUMER_OFFSET);
+    let commit = Command {
+        ext: Some(commit.ext.unwrap().with("commitOffset", 4)),
+        ..commit
+    };
+    assert_eq!(client.call(commit).unwrap().code, response_code::SUCCESS);
+    wait_for_route(quiver.namesrv(), "Doomed");
+
+    let delete = |topic: &str| {
+        Command::request(request_code::DELETE_TOPIC_IN_BROKER, Encoding::Json)
+            .with_ext(ExtFields::new().with("topic", topic))
+    };
+    for refused in [" ", "SCHEDULE_TOPIC_XXXX", "../consumequeue"] {
+        let response = client.call(delete(refused)).unwrap();
+        assert_eq!(
+            response.code,
+            response_code::INVALID_PARAMETER,
+            "{refused:?}: {:?}",
+            response.remark
+        );
+    }
+    let response = client.call(delete("Doomed")).unwrap();
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
+    let max_offset = |client: &mut WireClient| {
+        let request = Command::request(request_code::GET_MAX_OFFSET, Encoding::Json)
+            .with_ext(ExtFields::new().with("topic", "Doomed").with("queueId", 0));
+        ext_i64(&client.call(request).unwrap(), "offset")
+    };
+    assert_eq!(max_offset(&mut client), 0);
+    assert_eq!(
+        client
+            .call(offsets(request_code::QUERY_CONSUMER_OFFSET))
+            .unwrap()
+            .code,
+        response_code::QUERY_NOT_FOUND,
+        "the deleted topic's committed offsets go with it"
+    );
+    let query = Command::request(request_code::QUERY_MESSAGE, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("topic", "Doomed")
+            .with("key", "doomed-3")
+            .with("maxNum", 32)
+            .with("beginTimestamp", 0)
+            .with("endTimestamp", i64::MAX),
+    );
+    let response = client.call(query.clone()).unwrap();
+    assert!(
+        response.body.is_empty(),
+        "found a deleted message by key: {response:?}"
+    );
+
+    // The name server forgets the route when told, as mqadmin deleteTopic tells it.
+    let mut namesrv = WireClient::connect(quiver.namesrv(), Encoding::Json).unwrap();
+    let response = namesrv
+        .call(
+            Command::request(request_code::DELETE_TOPIC_IN_NAMESRV, Encoding::Json).with_ext(
+                ExtFields::new()
+                    .with("topic", "Doomed")
+                    .with("clusterName", "DefaultCluster"),
+            ),
+        )
+        .unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+    let route = Command::request(request_code::GET_ROUTEINFO_BY_TOPIC, Encoding::Json)
+        .with_ext(ExtFields::new().with("topic", "Doomed"));
+    assert_eq!(
+        namesrv.call(route).unwrap().code,
+        response_code::TOPIC_NOT_EXIST
+    );
+
+    // Created again, the topic starts at offset 0; a crash brings back none of the old one.
+    client.create_topic("Doomed", 2).unwrap();
+    for i in 0..2 {
+        let response = client
+            .send("Doomed", format!("new {i}").as_bytes(), &to_queue_0(i))
+            .unwrap();
+        assert_eq!(ext_i64(&response, "queueOffset"), i as i64);
+    }
+    drop(client);
+    quiver.kill9().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let bodies: Vec<Bytes> = pull_all(&mut client, "Doomed", 0, 0)
+        .into_iter()
+        .map(|m| m.body)
+        .collect();
+    assert_eq!(bodies, [Bytes::from("new 0"), Bytes::from("new 1")]);
+    assert_eq!(max_offset(&mut client), 2);
+    let response = client.call(query.clone()).unwrap();
+    assert!(
+        response.body.is_empty(),
+        "found a deleted message by key after the restart: {response:?}"
+    );
+    let new_key = Command {
+        ext: Some(query.ext.unwrap().with("key", "doomed-1")),
+        ..query
+    };
+    let found = StoredMessage::decode_all(&client.call(new_key).unwrap().body).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].body, Bytes::from("new 1"));
 }
