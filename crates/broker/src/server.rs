@@ -234,17 +234,41 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedR
     }
 }
 
+/// Encodes `command`, or in its place an error answer with the same opaque when it does not
+/// fit in a frame (a batch answer's message ids can outgrow one, with a large maxMessageSize).
 fn encode_or_error(command: &Command, buffer: &mut BytesMut) {
     if let Err(error) = encode_frame(command, buffer) {
-        let fallback = Command {
-            body: Default::default(),
-            ..command.clone()
-        };
+        tracing::warn!(code = command.code, opaque = command.opaque, %error, "answer does not fit in a frame");
         let fallback = Command {
             code: response_code::SYSTEM_ERROR,
             remark: Some(error.to_string()),
-            ..fallback
+            ext: None,
+            body: Default::default(),
+            ..command.clone()
         };
-        encode_frame(&fallback, buffer).expect("a bodyless error response always fits in a frame");
+        encode_frame(&fallback, buffer)
+            .expect("an answer with no header fields and no body always fits in a frame");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_wire::{Encoding, ExtFields};
+
+    #[test]
+    fn an_answer_too_large_for_a_frame_goes_out_as_an_error_with_its_opaque() {
+        let request = Command::request(310, Encoding::Json).with_opaque(77);
+        let huge = "1".repeat(17 << 20);
+        let answer = request
+            .response_to(response_code::SUCCESS)
+            .with_ext(ExtFields::new().with("msgId", huge));
+        let mut buffer = BytesMut::new();
+        encode_or_error(&answer, &mut buffer);
+        let sent = decode_frame(&mut buffer).unwrap().unwrap();
+        assert_eq!(sent.code, response_code::SYSTEM_ERROR);
+        assert_eq!(sent.opaque, 77);
+        assert!(sent.is_response());
+        assert!(buffer.is_empty());
     }
 }

@@ -143,6 +143,70 @@ fn a_batch_is_stored_as_consecutive_messages() {
     );
 }
 
+/// A batch too large to answer (its message ids would not fit in one frame) is refused before
+/// anything is stored; one within the limit is stored and answered.
+#[test]
+fn a_batch_with_more_entries_than_one_answer_holds_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("broker.conf");
+    std::fs::write(&conf, "maxMessageSize=8388608\n").unwrap();
+    let quiver = quiver_testkit::QuiverProcess::up_with_config(
+        &common::binary(),
+        &dir.path().join("data"),
+        Some(&conf),
+        dir.path(),
+    )
+    .unwrap();
+    let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
+    client.create_topic("Wide", 1).unwrap();
+    let batch = |count: usize| {
+        let entries: Vec<BatchEntry> = (0..count)
+            .map(|_| BatchEntry {
+                flag: 0,
+                body: Bytes::from_static(b"x"),
+                properties: String::new(),
+            })
+            .collect();
+        let header = SendMessageHeader {
+            producer_group: "p".into(),
+            topic: "Wide".into(),
+            default_topic: "TBW102".into(),
+            default_topic_queue_nums: 4,
+            queue_id: 0,
+            sys_flag: 0,
+            born_timestamp: 1,
+            flag: 0,
+            properties: String::new(),
+            reconsume_times: 0,
+            unit_mode: false,
+            max_reconsume_times: None,
+            batch: true,
+        };
+        Command::request(request_code::SEND_BATCH_MESSAGE, Encoding::RocketMq)
+            .with_ext(header.to_v2())
+            .with_body(encode_batch(&entries))
+    };
+    let refused = client.call(batch(200_001)).unwrap();
+    assert_eq!(
+        refused.code,
+        response_code::MESSAGE_ILLEGAL,
+        "{:?}",
+        refused.remark
+    );
+    assert!(refused.remark.unwrap_or_default().contains("200001"));
+    let stored = client.call(batch(200_000)).unwrap();
+    assert_eq!(stored.code, response_code::SUCCESS, "{:?}", stored.remark);
+    assert_eq!(stored.ext_get("msgId").unwrap().split(',').count(), 200_000);
+    let max_offset = Command::request(request_code::GET_MAX_OFFSET, Encoding::Json)
+        .with_ext(ExtFields::new().with("topic", "Wide").with("queueId", 0));
+    let bounds = client.call(max_offset).unwrap();
+    assert_eq!(
+        ext_i64(&bounds, "offset"),
+        200_000,
+        "the refused batch left nothing"
+    );
+}
+
 #[test]
 fn a_suspended_pull_is_answered_when_a_message_arrives() {
     let dir = tempfile::tempdir().unwrap();

@@ -250,6 +250,11 @@ fn the_broker_config_request_answers_the_configuration_in_effect() {
         quiver.broker().port().to_string(),
         "the bound port, not listenPort=0"
     );
+    // Written as java.util.Properties writes it: a colon is escaped.
+    assert_eq!(
+        properties["namesrvAddr"],
+        quiver.namesrv().to_string().replace(':', "\\:")
+    );
     assert_eq!(
         properties["storePathCommitLog"],
         dir.path().join("data/commitlog").display().to_string()

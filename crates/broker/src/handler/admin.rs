@@ -172,7 +172,7 @@ pub fn broker_config(broker: &Broker, request: &Command, _: &Connection) -> Hand
         .config
         .properties(broker.store_host.port())
         .into_iter()
-        .map(|(key, value)| format!("{key}={value}\n"))
+        .map(|(key, value)| format!("{key}={}\n", properties_escape(&value)))
         .collect();
     let version = format!(
         "{{\"counter\":0,\"stateVersion\":0,\"timestamp\":{}}}",
@@ -182,6 +182,35 @@ pub fn broker_config(broker: &Broker, request: &Command, _: &Connection) -> Hand
         .response_to(response_code::SUCCESS)
         .with_ext(quiver_wire::ExtFields::new().with("version", version))
         .with_body(text.into_bytes()))
+}
+
+/// `value` as `java.util.Properties.store` writes a value, so that `Properties.load` (which
+/// reads ISO 8859-1 and treats `\\` as an escape) gives it back unchanged: a path with a
+/// backslash or a non-ASCII character included.
+fn properties_escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for (index, c) in value.chars().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            ' ' if index == 0 => out.push_str("\\ "),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{c}' => out.push_str("\\f"),
+            '=' | ':' | '#' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
+        }
+    }
+    out
 }
 
 pub fn topic_consumed_by(broker: &Broker, request: &Command, _: &Connection) -> Handled {
@@ -195,4 +224,23 @@ pub fn topic_consumed_by(broker: &Broker, request: &Command, _: &Connection) -> 
     Ok(request
         .response_to(response_code::SUCCESS)
         .with_body(body::to_json(&GroupList { group_list })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::properties_escape;
+
+    #[test]
+    fn config_values_are_escaped_as_java_properties_store_escapes_them() {
+        assert_eq!(properties_escape("/data/store"), "/data/store");
+        assert_eq!(properties_escape("a;b:9876"), "a;b\\:9876");
+        assert_eq!(properties_escape(r"C:\store"), r"C\:\\store");
+        assert_eq!(properties_escape(" lead  inner"), r"\ lead  inner");
+        assert_eq!(properties_escape("x=y#z!"), r"x\=y\#z\!");
+        assert_eq!(properties_escape("tab\tnl\n"), r"tab\tnl\n");
+        assert_eq!(
+            properties_escape("caf\u{e9}/\u{1f600}"),
+            r"caf\u00E9/\uD83D\uDE00"
+        );
+    }
 }

@@ -24,6 +24,11 @@ use crate::topic::{
 };
 use crate::{delay, requeue};
 
+/// The answer to a batch lists every message's id (up to 56 characters and a comma each) in
+/// one header, and a frame holds 16 MiB: past this many entries the batch is refused before it
+/// is stored, not stored and then unanswerable. A batch within the default maxMessageSize
+/// (4 MiB of entries of at least 22 bytes) never reaches it.
+const BATCH_ENTRIES_MAX: usize = 200_000;
 /// RocketMQ's TOPIC_MAX_LENGTH, which batch sends are held to.
 const BATCH_TOPIC_BYTES_MAX: usize = 127;
 /// Properties are stored with a signed 16-bit length.
@@ -148,6 +153,15 @@ fn prepare(
         })?;
         if entries.is_empty() {
             return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, "empty batch"));
+        }
+        if entries.len() > BATCH_ENTRIES_MAX {
+            return Err(Refusal::new(
+                response_code::MESSAGE_ILLEGAL,
+                format!(
+                    "a batch of {} messages: at most {BATCH_ENTRIES_MAX} fit in one answer",
+                    entries.len()
+                ),
+            ));
         }
         for entry in entries {
             records.push(builder.record(entry.body, &entry.properties, entry.flag)?.0);

@@ -106,6 +106,8 @@ class ToolsTest {
         assertEquals("ASYNC_MASTER", byAddress.get("brokerRole"), byAddress.toString());
         assertEquals(broker.substring(broker.lastIndexOf(':') + 1), byAddress.get("listenPort"), byAddress.toString());
         assertTrue(byAddress.getOrDefault("messageDelayLevel", "").startsWith("1s "), byAddress.toString());
+        // Escaped on the wire (`\:`), read back by java.util.Properties as it was set.
+        assertTrue(byAddress.getOrDefault("namesrvAddr", "").contains(Compat.NAMESRV), byAddress.toString());
 
         String byCluster = Tools.mqadmin("getBrokerConfig", "-c", "DefaultCluster");
         assertTrue(byCluster.contains("Master: " + broker), byCluster);
