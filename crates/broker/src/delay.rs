@@ -213,6 +213,9 @@ async fn deliver_due(broker: &Broker, level: usize) {
             return;
         }
     };
+    if let Some(damage) = &read.damage {
+        tracing::error!(level, next_offset = read.next_offset, %damage, "damaged scheduled record not delivered");
+    }
     if read.status != ReadStatus::Found {
         // Offsets below the queue's minimum were removed; continue where the store says.
         if read.next_offset != offset {

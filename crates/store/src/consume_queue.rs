@@ -306,6 +306,11 @@ impl ConsumeQueue {
         (offset / self.entries_per_file + 1) * self.entries_per_file
     }
 
+    /// Where `offset`'s entry starts in its file.
+    pub fn byte_in_file(&self, offset: u64) -> u64 {
+        offset % self.entries_per_file * ENTRY_BYTES as u64
+    }
+
     pub fn path_for(&self, offset: u64) -> PathBuf {
         self.file_path(offset / self.entries_per_file)
     }

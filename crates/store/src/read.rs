@@ -49,6 +49,7 @@ pub fn read(
         next_offset,
         min_offset: min,
         max_offset: max,
+        damage: None,
     };
     let queue = match queue {
         Some(queue) if max > 0 => queue,
@@ -88,20 +89,34 @@ pub fn read(
         }
     }
     let mut out = Vec::new();
-    let mut count = 0u32;
     let mut next_offset = offset;
     let mut run: Option<Run> = None;
+    // Per taken entry: its size and its queue offset.
     let mut sizes = Vec::new();
+    let mut offsets = Vec::new();
     let mut taken_bytes = 0u64;
     let mut segment_cache = None;
+    let mut damage = None;
+    let mut skipped = None;
     for (i, raw) in entries.chunks_exact(ENTRY_BYTES).enumerate() {
-        if count >= max_messages {
+        if sizes.len() >= max_messages as usize {
             break;
         }
         let entry = Entry::decode(raw);
-        let servable = entry.size as usize >= RECORD_BYTES_MIN && !shared.is_bad(entry.position);
+        if entry.size > shared.config.record_bytes_max && skipped.is_none() {
+            // Larger than any record: reading it would only cost memory.
+            let at = offset + i as u64;
+            skipped = Some(ReadError::Corrupt {
+                path: queue.path_for(at).display().to_string(),
+                position: queue.byte_in_file(at),
+                reason: format!("ConsumeQueue entry gives an impossible size {}", entry.size),
+            });
+        }
+        let servable = entry.size as usize >= RECORD_BYTES_MIN
+            && entry.size <= shared.config.record_bytes_max
+            && !shared.is_bad(entry.position);
         if servable && accept(entry.tags_code) {
-            if count > 0 && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
+            if !sizes.is_empty() && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
                 break;
             }
             match &mut run {
@@ -110,7 +125,10 @@ pub fn read(
                 }
                 _ => {
                     if let Some(r) = run.take() {
-                        read_run(shared, &r, &sizes[r.first..], &mut out, &mut segment_cache)?;
+                        damage = read_run(shared, &r, &sizes, &mut out, &mut segment_cache)?;
+                        if damage.is_some() {
+                            break;
+                        }
                     }
                     run = Some(Run {
                         start: entry.position,
@@ -120,13 +138,21 @@ pub fn read(
                 }
             }
             sizes.push(entry.size);
+            offsets.push(offset + i as u64);
             taken_bytes += u64::from(entry.size);
-            count += 1;
         }
         next_offset = offset + i as u64 + 1;
     }
-    if let Some(r) = run.take() {
-        read_run(shared, &r, &sizes[r.first..], &mut out, &mut segment_cache)?;
+    if let Some(r) = run.take().filter(|_| damage.is_none()) {
+        damage = read_run(shared, &r, &sizes, &mut out, &mut segment_cache)?;
+    }
+    let mut count = sizes.len();
+    if let Some(damage) = &damage {
+        // The records before the damaged one are served; the next read starts at it, and
+        // one that starts at it moves past it, so a consumer is never stuck there.
+        count = damage.record;
+        let at = offsets[damage.record];
+        next_offset = if count > 0 { at } else { at + 1 };
     }
     let status = if count > 0 {
         ReadStatus::Found
@@ -136,20 +162,30 @@ pub fn read(
     Ok(QueueRead {
         status,
         bytes: out,
-        message_count: count,
+        message_count: count as u32,
         next_offset,
         min_offset: min,
         max_offset: max,
+        damage: damage.map(|d| d.error).or(skipped),
     })
 }
 
+/// A record a ConsumeQueue entry points at that the CommitLog does not hold as the entry
+/// describes: `record` indexes the read's taken entries.
+struct Damage {
+    record: usize,
+    error: ReadError,
+}
+
+/// Appends the run's records to `out`. On damage, `out` keeps only the records before the
+/// damaged one.
 fn read_run(
     shared: &Shared,
     run: &Run,
     sizes: &[u32],
     out: &mut Vec<u8>,
     segment_cache: &mut Option<(u64, Arc<File>)>,
-) -> Result<(), ReadError> {
+) -> Result<Option<Damage>, ReadError> {
     let segment_bytes = shared.config.segment_bytes;
     let cached = matches!(segment_cache, Some((base, _)) if *base <= run.start && run.start < *base + segment_bytes);
     if !cached {
@@ -164,13 +200,19 @@ fn read_run(
         .as_ref()
         .expect("segment cache was just filled");
     let path = shared.segments.path(*base);
-    let corrupt = |position: u64, reason: String| ReadError::Corrupt {
-        path: path.display().to_string(),
-        position: position - base,
-        reason,
+    let damage = |record: usize, position: u64, reason: String| {
+        Some(Damage {
+            record,
+            error: ReadError::Corrupt {
+                path: path.display().to_string(),
+                position: position - base,
+                reason,
+            },
+        })
     };
     if run.start + run.bytes > base + segment_bytes {
-        return Err(corrupt(
+        return Ok(damage(
+            run.first,
             run.start,
             "ConsumeQueue entry runs past the segment end".to_string(),
         ));
@@ -182,12 +224,13 @@ fn read_run(
     // A cheap check that the entries and the log agree; the CRC is left to the consumer.
     let mut record_at = at;
     let mut position = run.start;
-    for size in sizes {
+    for (record, size) in sizes.iter().enumerate().skip(run.first) {
         let total = record::read_i32(out, record_at).unwrap_or(-1);
         let magic = record::read_i32(out, record_at + 4).unwrap_or(0);
         if total != *size as i32 || !record::is_record_magic(magic) {
-            out.truncate(at);
-            return Err(corrupt(
+            out.truncate(record_at);
+            return Ok(damage(
+                record,
                 position,
                 format!("ConsumeQueue says a {size}-byte record, the log has TOTALSIZE {total} MAGIC {magic:#x}"),
             ));
@@ -195,7 +238,7 @@ fn read_run(
         record_at += *size as usize;
         position += u64::from(*size);
     }
-    Ok(())
+    Ok(None)
 }
 
 fn store_timestamp(shared: &Shared, queue: &ConsumeQueue, offset: u64) -> Result<i64, ReadError> {

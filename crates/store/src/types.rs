@@ -163,6 +163,9 @@ pub struct QueueRead {
     pub min_offset: u64,
     /// The next offset to be written.
     pub max_offset: u64,
+    /// Damage met and not served: a record the log does not hold as its entry says (the read
+    /// ends before it, or moves past it when it came first), or an impossible entry (skipped).
+    pub damage: Option<ReadError>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,7 +180,7 @@ pub enum Boundary {
     Upper,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("I/O error reading {path}: {message}")]
     Io { path: String, message: String },

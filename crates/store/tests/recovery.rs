@@ -479,3 +479,91 @@ fn a_store_reopened_with_smaller_files_is_refused_and_keeps_its_data() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_all_readable(&store, &written);
 }
+
+/// Damage below the checkpoint is not rescanned at open; a read that meets it serves the
+/// records before it, reports it with its file, and moves past it, instead of failing at the
+/// same offset forever.
+#[test]
+fn damage_a_read_meets_is_reported_and_stepped_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 60);
+    store.close().expect("close");
+    drop(store);
+    let (_, victim) = written
+        .iter()
+        .filter(|(r, a)| r.queue_id == 0 && a.position + u64::from(a.size) < 4096)
+        .nth(2)
+        .cloned()
+        .expect("a third queue-0 record in the first segment");
+    let segment = dir.path().join("commitlog").join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&segment).expect("read");
+    let at = victim.position as usize;
+    bytes[at..at + 4].copy_from_slice(&0x00ff_ffffi32.to_be_bytes());
+    std::fs::write(&segment, &bytes).expect("write");
+
+    let (store, report) = Store::open(small_config(dir.path())).expect("reopen");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let before = store
+        .read("T", 0, 0, 32, u32::MAX, &accept_all)
+        .expect("read");
+    assert_eq!(before.status, ReadStatus::Found);
+    assert_eq!(u64::from(before.message_count), victim.queue_offset);
+    assert_eq!(before.next_offset, victim.queue_offset);
+    match &before.damage {
+        Some(ReadError::Corrupt { path, position, .. }) => {
+            assert!(path.ends_with(&format!("{:020}", 0)), "{path}");
+            assert_eq!(*position, victim.position);
+        }
+        other => panic!("expected the damage reported, got {other:?}"),
+    }
+    let at_damage = store
+        .read("T", 0, victim.queue_offset, 32, u32::MAX, &accept_all)
+        .expect("read at the damage");
+    assert_eq!(at_damage.status, ReadStatus::NoMatchedMessage);
+    assert_eq!(at_damage.next_offset, victim.queue_offset + 1);
+    assert!(at_damage.damage.is_some());
+    let kept: Vec<_> = written
+        .iter()
+        .filter(|(_, a)| a.position != victim.position)
+        .cloned()
+        .collect();
+    assert_eq!(read_queue(&store, 0), expected_in_queue(&kept, 0));
+}
+
+/// A ConsumeQueue entry whose size no record can have is skipped and reported, not read: it
+/// would otherwise make every read of it allocate that much.
+#[test]
+fn an_entry_with_an_impossible_size_is_skipped_and_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 30);
+    store.close().expect("close");
+    drop(store);
+    let cq = dir
+        .path()
+        .join("consumequeue/T/0")
+        .join(format!("{:020}", 0));
+    let mut entries = std::fs::read(&cq).expect("read");
+    // Entry 1: position i64, size i32, tags code i64.
+    entries[20 + 8..20 + 12].copy_from_slice(&i32::MAX.to_be_bytes());
+    std::fs::write(&cq, &entries).expect("write");
+
+    let (store, _) = Store::open(small_config(dir.path())).expect("reopen");
+    let read = store
+        .read("T", 0, 0, 32, u32::MAX, &accept_all)
+        .expect("read");
+    match &read.damage {
+        Some(ReadError::Corrupt { path, position, .. }) => {
+            assert!(path.contains("consumequeue"), "{path}");
+            assert_eq!(*position, 20);
+        }
+        other => panic!("expected the entry reported, got {other:?}"),
+    }
+    let kept: Vec<_> = written
+        .iter()
+        .filter(|(r, a)| !(r.queue_id == 0 && a.queue_offset == 1))
+        .cloned()
+        .collect();
+    assert_eq!(read_queue(&store, 0), expected_in_queue(&kept, 0));
+}

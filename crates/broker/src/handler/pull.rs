@@ -133,6 +133,7 @@ fn pull_once(
             next_offset: bounds.min_offset,
             min_offset: bounds.min_offset,
             max_offset: bounds.max_offset,
+            damage: None,
         }
     } else {
         broker
@@ -147,6 +148,15 @@ fn pull_once(
             )
             .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
     };
+    if let Some(damage) = &read.damage {
+        tracing::error!(
+            topic = %header.topic,
+            queue_id = header.queue_id,
+            next_offset = read.next_offset,
+            %damage,
+            "damaged record not served; consumers move past it"
+        );
+    }
     let code = match read.status {
         ReadStatus::Found => response_code::SUCCESS,
         ReadStatus::NoNewMessage | ReadStatus::NoMessageInQueue | ReadStatus::OffsetOverflowOne => {
