@@ -448,6 +448,9 @@ pub fn retention_round(broker: &Broker, now_ms: i64) -> Option<RetentionReport> 
     let reserve_ms = broker.config.file_reserved_ms();
     match broker.store.delete_expired(now_ms, reserve_ms, at_once) {
         Ok(report) => {
+            for problem in &report.problems {
+                tracing::warn!(%problem, "retention could not trim a file; it tries again next round");
+            }
             if report.segments_deleted > 0 {
                 tracing::info!(
                     segments = report.segments_deleted,

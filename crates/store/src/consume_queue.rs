@@ -360,11 +360,26 @@ impl ConsumeQueue {
     /// append would reuse offsets consumers have already committed past. Returns how many
     /// files it deleted. Entries point at increasing positions, so a binary search finds the
     /// new min offset.
+    /// An entry that cannot be read (its file missing or cut short) counts as not below:
+    /// the min offset may then stay lower than it could, which reads tolerate, but never
+    /// passes an entry still in the log.
     pub fn drop_below(&self, min_position: u64) -> io::Result<usize> {
         let (mut low, mut high) = self.bounds();
         while low < high {
             let middle = low + (high - low) / 2;
-            if self.entry(middle)?.position < min_position {
+            let below = match self.entry(middle) {
+                Ok(entry) => entry.position < min_position,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof
+                    ) =>
+                {
+                    false
+                }
+                Err(e) => return Err(e),
+            };
+            if below {
                 low = middle + 1;
             } else {
                 high = middle;

@@ -112,8 +112,12 @@ pub fn read(
                 reason: format!("ConsumeQueue entry gives an impossible size {}", entry.size),
             });
         }
+        // Below the log's start: retention removed it, and this queue's minimum lags (a
+        // damaged file stopped retention from trimming it).
+        let removed = entry.position < shared.min_position.load(Ordering::Acquire);
         let servable = entry.size as usize >= RECORD_BYTES_MIN
             && entry.size <= shared.config.record_bytes_max
+            && !removed
             && !shared.is_bad(entry.position);
         if servable && accept(entry.tags_code) {
             if !sizes.is_empty() && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {

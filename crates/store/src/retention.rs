@@ -22,6 +22,9 @@ pub struct RetentionReport {
     pub index_files_deleted: usize,
     /// The CommitLog's first position after the pass.
     pub min_position: u64,
+    /// ConsumeQueue or index files that could not be trimmed (damaged, say). They do not
+    /// stop the pass: reads skip entries below `min_position`, and the next pass tries again.
+    pub problems: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,14 +99,19 @@ pub fn delete_expired(
         .fetch_max(min_position, Ordering::AcqRel);
     report.min_position = min_position;
     for queue in shared.all_queues() {
-        report.consume_queue_files_deleted += queue
-            .drop_below(min_position)
-            .map_err(|e| retention_error(&queue.path_for(0), &e))?;
+        match queue.drop_below(min_position) {
+            Ok(deleted) => report.consume_queue_files_deleted += deleted,
+            Err(e) => report
+                .problems
+                .push(retention_error(&queue.path_for(0), &e).to_string()),
+        }
     }
-    report.index_files_deleted = shared
-        .index
-        .delete_below(min_position)
-        .map_err(|e| retention_error(&shared.config.index_dir, &e))?;
+    match shared.index.delete_below(min_position) {
+        Ok(deleted) => report.index_files_deleted = deleted,
+        Err(e) => report
+            .problems
+            .push(retention_error(&shared.config.index_dir, &e).to_string()),
+    }
     for base in doomed {
         shared
             .segments

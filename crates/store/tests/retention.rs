@@ -261,3 +261,74 @@ fn a_queue_whose_every_entry_expired_keeps_its_offsets_across_a_restart() {
     let appended = append(&store, vec![simple("A", 0, b"next")]).expect("append");
     assert_eq!(appended.entries[0].queue_offset, entries_per_file);
 }
+
+/// A ConsumeQueue file missing from the middle of a queue does not stop retention (the disk
+/// would fill), and a consumer of that queue still reaches every record left in the log.
+#[test]
+fn a_damaged_consume_queue_does_not_stop_retention() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let per_file = config(root).consume_queue_entries_per_file;
+    let (store, _) = Store::open(config(root)).expect("open");
+    fill(&store, 200);
+    store.close().expect("close");
+    drop(store);
+    let segments_before = count_files(&root.join("commitlog"));
+    // Queue 0's third file: entries that point into segments retention removes.
+    let missing = root
+        .join("consumequeue/T/0")
+        .join(format!("{:020}", 2 * per_file * 20));
+    std::fs::remove_file(&missing).expect("remove");
+
+    let (store, _) = Store::open(config(root)).expect("reopen");
+    let later = now_ms() + 73 * HOUR_MS;
+    let mut deleted = 0;
+    let mut min_position = 0;
+    loop {
+        let report = store
+            .delete_expired(later, 72 * HOUR_MS as u64, false)
+            .expect("retention");
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        if report.segments_deleted == 0 {
+            break;
+        }
+        deleted += report.segments_deleted;
+        min_position = report.min_position;
+    }
+    assert_eq!(deleted, segments_before - 1);
+
+    // From the queue's minimum, following the store's next offsets, a consumer reaches every
+    // record still in the log and nothing removed.
+    let bounds = store.bounds("T", 0);
+    let mut offset = bounds.min_offset;
+    let mut positions = Vec::new();
+    let mut first_served = None;
+    while offset < bounds.max_offset {
+        let read = store
+            .read("T", 0, offset, 32, u32::MAX, &accept_all)
+            .expect("read");
+        assert!(
+            matches!(
+                read.status,
+                ReadStatus::Found | ReadStatus::NoMatchedMessage
+            ),
+            "{:?} at {offset}",
+            read.status
+        );
+        if read.status == ReadStatus::Found {
+            first_served.get_or_insert(offset);
+        }
+        for bytes in split(&read.bytes) {
+            positions.push(u64::from_be_bytes(
+                bytes[28..36].try_into().expect("8 bytes"),
+            ));
+        }
+        assert!(read.next_offset > offset);
+        offset = read.next_offset;
+    }
+    assert!(!positions.is_empty());
+    assert!(positions.iter().all(|p| *p >= min_position));
+    let first_served = first_served.expect("a record served");
+    assert_eq!(positions.len() as u64, bounds.max_offset - first_served);
+    assert_eq!(positions, positions_from(&store, 0, first_served));
+}
