@@ -178,6 +178,8 @@ async fn serve_connection(
         let read = tokio::select! {
             biased;
             _ = shutdown.wait_for(|stop| *stop) => None,
+            // The writer gave up on the peer (or failed): nothing read could be answered.
+            _ = connection.closed() => break Ok(()),
             read = tokio::time::timeout(idle, reader.read_buf(&mut input)) => Some(read),
         };
         let Some(read) = read else {
@@ -223,8 +225,16 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedR
                 Err(_) => break,
             }
         }
-        if writer.write_all(&buffer).await.is_err() {
-            return;
+        // A peer that takes none of our bytes for the idle timeout is given up: its reader
+        // sees the writer gone and closes the connection.
+        let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
+        match tokio::time::timeout(idle, writer.write_all(&buffer)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::debug!("closing connection: nothing written for the idle timeout");
+                return;
+            }
         }
         permits.clear();
         buffer.clear();
