@@ -11,7 +11,6 @@ use quiver_testkit::{pull_header, SendOptions, WireClient};
 use quiver_wire::batch::{encode_batch, BatchEntry};
 use quiver_wire::body::{self, ClusterInfo, ConsumerIdList, HeartbeatData, TopicList};
 use quiver_wire::code::{request_code, response_code};
-use quiver_wire::header::SendMessageHeader;
 use quiver_wire::message::{decode_offset_msg_id, encode_properties, StoredMessage};
 use quiver_wire::{Command, Encoding, ExtFields};
 
@@ -97,21 +96,8 @@ fn a_batch_is_stored_as_consecutive_messages() {
             ]),
         })
         .collect();
-    let header = SendMessageHeader {
-        producer_group: "p".into(),
-        topic: "Batches".into(),
-        default_topic: "TBW102".into(),
-        default_topic_queue_nums: 4,
-        queue_id: 0,
-        sys_flag: 0,
-        born_timestamp: 1,
-        flag: 0,
-        properties: String::new(),
-        reconsume_times: 0,
-        unit_mode: false,
-        max_reconsume_times: None,
-        batch: true,
-    };
+    let mut header = common::send_header("p", "Batches");
+    header.batch = true;
     let request = Command::request(request_code::SEND_BATCH_MESSAGE, Encoding::RocketMq)
         .with_ext(header.to_v2())
         .with_body(encode_batch(&entries));
@@ -148,15 +134,11 @@ fn a_batch_is_stored_as_consecutive_messages() {
 #[test]
 fn a_batch_with_more_entries_than_one_answer_holds_is_refused_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("broker.conf");
-    std::fs::write(&conf, "maxMessageSize=8388608\n").unwrap();
-    let quiver = quiver_testkit::QuiverProcess::up_with_config(
-        &common::binary(),
-        &dir.path().join("data"),
-        Some(&conf),
+    let quiver = common::up_with_config(
         dir.path(),
-    )
-    .unwrap();
+        "maxMessageSize=8388608
+",
+    );
     let mut client = WireClient::connect(quiver.broker(), Encoding::RocketMq).unwrap();
     client.create_topic("Wide", 1).unwrap();
     let batch = |count: usize| {
@@ -167,21 +149,8 @@ fn a_batch_with_more_entries_than_one_answer_holds_is_refused_whole() {
                 properties: String::new(),
             })
             .collect();
-        let header = SendMessageHeader {
-            producer_group: "p".into(),
-            topic: "Wide".into(),
-            default_topic: "TBW102".into(),
-            default_topic_queue_nums: 4,
-            queue_id: 0,
-            sys_flag: 0,
-            born_timestamp: 1,
-            flag: 0,
-            properties: String::new(),
-            reconsume_times: 0,
-            unit_mode: false,
-            max_reconsume_times: None,
-            batch: true,
-        };
+        let mut header = common::send_header("p", "Wide");
+        header.batch = true;
         Command::request(request_code::SEND_BATCH_MESSAGE, Encoding::RocketMq)
             .with_ext(header.to_v2())
             .with_body(encode_batch(&entries))

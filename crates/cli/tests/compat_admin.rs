@@ -214,19 +214,13 @@ fn system_topics_and_bad_names_cannot_be_created_or_reshaped() {
 #[test]
 fn the_broker_config_request_answers_the_configuration_in_effect() {
     let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("broker.conf");
-    std::fs::write(
-        &conf,
-        "flushDiskType=SYNC_FLUSH\nsyncFlushTimeout=2500\nfileReservedTime=12\n",
-    )
-    .unwrap();
-    let quiver = quiver_testkit::QuiverProcess::up_with_config(
-        &common::binary(),
-        &dir.path().join("data"),
-        Some(&conf),
+    let quiver = common::up_with_config(
         dir.path(),
-    )
-    .unwrap();
+        "flushDiskType=SYNC_FLUSH
+syncFlushTimeout=2500
+fileReservedTime=12
+",
+    );
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
     let response = client
         .call(Command::request(

@@ -58,19 +58,10 @@ fn send_counted(
     body: &[u8],
 ) -> Command {
     let header = SendMessageHeader {
-        producer_group: "CLIENT_INNER_PRODUCER".into(),
-        topic: topic.into(),
-        default_topic: "TBW102".into(),
-        default_topic_queue_nums: 4,
-        queue_id: 0,
-        sys_flag: 0,
-        born_timestamp: 1,
-        flag: 0,
         properties: encode_properties(properties.iter().copied()),
         reconsume_times,
-        unit_mode: false,
         max_reconsume_times,
-        batch: false,
+        ..common::send_header("CLIENT_INNER_PRODUCER", topic)
     };
     let request = Command::request(request_code::SEND_MESSAGE, Encoding::Json)
         .with_ext(header.to_v1())

@@ -9,6 +9,7 @@ use std::time::Duration;
 use quiver_testkit::{wait_until, QuiverProcess, WireClient};
 use quiver_wire::body::{self, TopicRouteData};
 use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::SendMessageHeader;
 use quiver_wire::message::StoredMessage;
 use quiver_wire::{Command, Encoding, ExtFields};
 
@@ -18,6 +19,34 @@ pub fn binary() -> PathBuf {
 
 pub fn up(data: &Path) -> QuiverProcess {
     QuiverProcess::up(&binary(), data).expect("quiver up starts")
+}
+
+/// `quiver up -c` with a broker config of `text`, written to `dir/broker.conf`; data in
+/// `dir/data`.
+pub fn up_with_config(dir: &Path, text: &str) -> QuiverProcess {
+    let conf = dir.join("broker.conf");
+    std::fs::write(&conf, text).expect("write broker.conf");
+    QuiverProcess::up_with_config(&binary(), &dir.join("data"), Some(&conf), dir)
+        .expect("quiver up starts")
+}
+
+/// A send header to queue 0 of `topic`, as a producer of `group` fills it, with no properties.
+pub fn send_header(group: &str, topic: &str) -> SendMessageHeader {
+    SendMessageHeader {
+        producer_group: group.into(),
+        topic: topic.into(),
+        default_topic: "TBW102".into(),
+        default_topic_queue_nums: 4,
+        queue_id: 0,
+        sys_flag: 0,
+        born_timestamp: 1,
+        flag: 0,
+        properties: String::new(),
+        reconsume_times: 0,
+        unit_mode: false,
+        max_reconsume_times: None,
+        batch: false,
+    }
 }
 
 /// Waits until the name server routes `topic` to a broker (registration is asynchronous).
