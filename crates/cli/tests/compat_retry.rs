@@ -18,10 +18,7 @@ use quiver_wire::{Command, Encoding, ExtFields};
 const LEVELS: &str = "1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s";
 
 fn up_with_levels(dir: &Path) -> QuiverProcess {
-    let conf = dir.join("broker.conf");
-    std::fs::write(&conf, format!("messageDelayLevel={LEVELS}\n")).expect("write broker.conf");
-    QuiverProcess::up_with_config(&binary(), &dir.join("data"), Some(&conf), dir)
-        .expect("quiver up starts")
+    common::up_with_config(dir, &format!("messageDelayLevel={LEVELS}\n"))
 }
 
 fn options(tags: &str, keys: &str) -> SendOptions {
