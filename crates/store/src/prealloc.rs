@@ -15,9 +15,10 @@
 //!
 //! Recovery treats an all-zero tail of the last segment as unused space and cuts it.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,10 @@ struct Zeroed {
 
 pub struct Preallocation {
     state: Mutex<Zeroed>,
+    /// The filler's own descriptor of the active segment, by base. Its fdatasync must not be
+    /// the one that learns of a failed writeback of the appender's pages: Linux reports such
+    /// an error once per open file description, and the CommitLog's own fsync has to see it.
+    filler_file: Mutex<Option<(u64, File)>>,
     /// A copy of `state.end` for the appender's lock-free check.
     zeroed_end: AtomicU64,
 }
@@ -52,6 +57,7 @@ impl Preallocation {
     pub fn new(base: u64, file: Option<Arc<File>>, end: u64) -> Preallocation {
         Preallocation {
             state: Mutex::new(Zeroed { base, file, end }),
+            filler_file: Mutex::new(None),
             zeroed_end: AtomicU64::new(end),
         }
     }
@@ -101,15 +107,30 @@ impl Preallocation {
 
     /// Zero-fills one chunk if the appender is closer than `AHEAD_BYTES` to the zeroed end.
     /// Returns whether it filled anything.
-    fn fill_once(&self, written: u64, segment_bytes: u64, zeros: &[u8]) -> io::Result<bool> {
+    fn fill_once(
+        &self,
+        written: u64,
+        segment_bytes: u64,
+        zeros: &[u8],
+        path_of: &dyn Fn(u64) -> PathBuf,
+    ) -> io::Result<bool> {
         let mut state = self.state.lock().expect("preallocation lock poisoned");
-        let Some(file) = state.file.clone() else {
+        if state.file.is_none() {
             return Ok(false);
-        };
+        }
         let segment_end = state.base + segment_bytes;
         if state.end >= segment_end.min(written + AHEAD_BYTES) {
             return Ok(false);
         }
+        let mut filler_file = self.filler_file.lock().expect("filler file lock poisoned");
+        if filler_file
+            .as_ref()
+            .is_none_or(|(base, _)| *base != state.base)
+        {
+            let file = OpenOptions::new().write(true).open(path_of(state.base))?;
+            *filler_file = Some((state.base, file));
+        }
+        let (_, file) = filler_file.as_ref().expect("filler file just opened");
         let from = state.end;
         let to = (from + CHUNK_BYTES).min(segment_end);
         let write = file
@@ -136,7 +157,9 @@ pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
         // Fill until caught up; an error (full disk) waits for the next poll.
         let filled = shared
             .preallocation
-            .fill_once(written, segment_bytes, &zeros)
+            .fill_once(written, segment_bytes, &zeros, &|base| {
+                shared.segments.path(base)
+            })
             .unwrap_or(false);
         if filled {
             continue;

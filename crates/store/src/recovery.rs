@@ -233,6 +233,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         listener: RwLock::new(None),
         messages_appended: AtomicU64::new(0),
         bytes_appended: AtomicU64::new(0),
+        fsync_failed_from: AtomicU64::new(u64::MAX),
         commitlog_fsyncs: AtomicU64::new(0),
         checkpoint: Mutex::new(Checkpoint::default()),
         config,

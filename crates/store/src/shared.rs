@@ -34,6 +34,10 @@ pub struct Shared {
     pub written_position: AtomicU64,
     /// Everything below is fsynced in the CommitLog.
     pub flushed_position: AtomicU64,
+    /// Where the first failed CommitLog fsync began (`u64::MAX`: none since the store opened).
+    /// Linux may drop the pages a failed writeback held and report the next fsync as a
+    /// success, so the checkpoint never passes this: recovery rescans from before it.
+    pub fsync_failed_from: AtomicU64,
     pub min_position: AtomicU64,
     pub queues: RwLock<QueueMap>,
     pub index: Index,
@@ -86,7 +90,10 @@ impl Shared {
         if target <= flushed {
             return Ok(());
         }
-        self.segments.sync_range(flushed, target)?;
+        if let Err(e) = self.segments.sync_range(flushed, target) {
+            self.fsync_failed_from.fetch_min(flushed, Ordering::AcqRel);
+            return Err(e);
+        }
         self.commitlog_fsyncs.fetch_add(1, Ordering::Relaxed);
         self.flushed_position.fetch_max(target, Ordering::AcqRel);
         Ok(())
@@ -98,7 +105,10 @@ impl Shared {
         // Everything below `dispatched` has its entries written: the appender publishes the
         // written position only after dispatching.
         let dispatched = self.written_position.load(Ordering::Acquire);
-        let flushed = self.flushed_position.load(Ordering::Acquire);
+        let flushed = self
+            .flushed_position
+            .load(Ordering::Acquire)
+            .min(self.fsync_failed_from.load(Ordering::Acquire));
         let target = dispatched.min(flushed);
         if last.dispatched_flushed_position == target && last.commitlog_flushed_position == flushed
         {
