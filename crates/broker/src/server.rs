@@ -213,6 +213,7 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedR
     let mut buffer = BytesMut::with_capacity(64 * 1024);
     // The in-flight permits of the answers being written: let go once they are written.
     let mut permits = Vec::new();
+    let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
     while let Some(first) = outgoing.recv().await {
         encode_or_error(&first.command, &mut buffer);
         permits.extend(first.permit);
@@ -227,7 +228,6 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedR
         }
         // A peer that takes none of our bytes for the idle timeout is given up: its reader
         // sees the writer gone and closes the connection.
-        let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
         match tokio::time::timeout(idle, writer.write_all(&buffer)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return,

@@ -98,12 +98,16 @@ pub fn read(
     let mut segment_cache = None;
     let mut damage = None;
     let mut skipped = None;
+    // Entries below the log's start were removed by retention; they are met when this queue's
+    // minimum lags (a damaged file stopped retention from trimming it).
+    let log_start = shared.min_position.load(Ordering::Acquire);
     for (i, raw) in entries.chunks_exact(ENTRY_BYTES).enumerate() {
         if sizes.len() >= max_messages as usize {
             break;
         }
         let entry = Entry::decode(raw);
-        if entry.size > shared.config.record_bytes_max && skipped.is_none() {
+        let oversized = entry.size > shared.config.record_bytes_max;
+        if oversized && skipped.is_none() {
             // Larger than any record: reading it would only cost memory.
             let at = offset + i as u64;
             skipped = Some(ReadError::Corrupt {
@@ -112,12 +116,9 @@ pub fn read(
                 reason: format!("ConsumeQueue entry gives an impossible size {}", entry.size),
             });
         }
-        // Below the log's start: retention removed it, and this queue's minimum lags (a
-        // damaged file stopped retention from trimming it).
-        let removed = entry.position < shared.min_position.load(Ordering::Acquire);
         let servable = entry.size as usize >= RECORD_BYTES_MIN
-            && entry.size <= shared.config.record_bytes_max
-            && !removed
+            && !oversized
+            && entry.position >= log_start
             && !shared.is_bad(entry.position);
         if servable && accept(entry.tags_code) {
             if !sizes.is_empty() && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
