@@ -63,6 +63,11 @@ pub struct ProduceArgs {
     /// Concurrent senders, each with one request in flight (`--async`: a window of them).
     #[arg(short = 'w', long = "threads", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub senders: u32,
+    /// Producer instances the senders are spread over, each with a connection of its own to
+    /// every broker (as separate producer processes have). 1: all senders share one producer
+    /// and one connection, as the threads of RocketMQ's benchmark Producer do.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub producers: u32,
     /// Message body size in bytes.
     #[arg(short = 's', long = "size", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub size: u32,

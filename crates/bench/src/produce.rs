@@ -37,10 +37,11 @@ const BROKER_WAIT_MS: u64 = 15_000;
 /// How long `--queues` waits for the name server to route the new topic.
 const ROUTE_WAIT_MS: u64 = 15_000;
 
-/// Everything the senders share: the producer, the counters, the latency recorder and the
+/// Everything the senders share: the producers, the counters, the latency recorder and the
 /// limits of the run.
 struct Shared {
-    producer: Producer,
+    /// Sender `task` uses `producers[task % producers.len()]`.
+    producers: Vec<Producer>,
     message: Message,
     batch: usize,
     keys: bool,
@@ -75,6 +76,10 @@ impl Pacer {
 }
 
 impl Shared {
+    fn producer(&self, task: usize) -> &Producer {
+        &self.producers[task % self.producers.len()]
+    }
+
     fn counters(&self) -> Counters {
         Counters {
             messages: self.messages.load(Ordering::Relaxed),
@@ -160,22 +165,36 @@ struct Record<'a> {
 pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
     let machine = Machine::read();
     let cpu_at_start = process_cpu_s();
-    let mut config = ClientConfig::new(&args.run.namesrv);
-    config.request_timeout_ms = args.send_timeout_ms;
-    let client = Client::new(config)?;
+    let new_client = |index: u32| {
+        let mut config = ClientConfig::new(&args.run.namesrv);
+        config.request_timeout_ms = args.send_timeout_ms;
+        // Producers of one group must differ in their client ids.
+        config.instance_name = format!("{}-{index}", config.instance_name);
+        Client::new(config)
+    };
+    let client = new_client(0)?;
     prepare_topic(&client, &args).await?;
-    let producer = Producer::new(
-        client.clone(),
-        ProducerConfig {
-            group: args.group.clone(),
-            send_timeout_ms: args.send_timeout_ms,
-            ..ProducerConfig::default()
-        },
-    );
+    let producer_count = args.producers.min(args.senders);
+    let mut producers = Vec::with_capacity(producer_count as usize);
+    for index in 0..producer_count {
+        let client = if index == 0 {
+            client.clone()
+        } else {
+            new_client(index)?
+        };
+        producers.push(Producer::new(
+            client,
+            ProducerConfig {
+                group: args.group.clone(),
+                send_timeout_ms: args.send_timeout_ms,
+                ..ProducerConfig::default()
+            },
+        ));
+    }
     println!("{}", header(&args, &machine));
     let start = Instant::now();
     let shared = Arc::new(Shared {
-        producer,
+        producers,
         message: Message::new(args.topic.clone(), Bytes::from(body(args.size as usize))),
         batch: args.batch as usize,
         keys: args.keys,
@@ -240,7 +259,9 @@ pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
         write_json(path, &record)?;
         println!("Wrote {}", path.display());
     }
-    shared.producer.shutdown().await;
+    for producer in &shared.producers {
+        producer.shutdown().await;
+    }
     Ok(())
 }
 
@@ -258,8 +279,8 @@ fn header(args: &ProduceArgs, machine: &Machine) -> String {
         format!("{r:.0} msg/s")
     });
     format!(
-        "quiver bench produce: topic {}, {} senders, {} B bodies, batch {}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
-        args.topic, args.senders, args.size, args.batch, args.run.runtime_threads, args.run.namesrv, machine.line()
+        "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, batch {}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
+        args.topic, args.senders, args.producers.min(args.senders), args.size, args.batch, args.run.runtime_threads, args.run.namesrv, machine.line()
     )
 }
 
@@ -394,12 +415,12 @@ async fn send_loop(task: usize, shared: &Shared) {
                 with_current_key(&mut message, &mut second);
                 batch.iter_mut().for_each(|m| m.keys = message.keys.clone());
             }
-            shared.producer.send_batch(&batch[..count]).await
+            shared.producer(task).send_batch(&batch[..count]).await
         } else {
             if shared.keys {
                 with_current_key(&mut message, &mut second);
             }
-            shared.producer.send(&message).await
+            shared.producer(task).send(&message).await
         };
         if !shared.finish(task, started, count, result) {
             shared.back_off().await;
@@ -431,8 +452,8 @@ async fn send_async_loop(task: usize, shared: &Arc<Shared>, window: usize) {
         let single = message.clone();
         tokio::spawn(async move {
             let result = match batch {
-                Some(batch) => shared.producer.send_batch(&batch).await,
-                None => shared.producer.send(&single).await,
+                Some(batch) => shared.producer(task).send_batch(&batch).await,
+                None => shared.producer(task).send(&single).await,
             };
             if !shared.finish(task, started, count, result) {
                 // Holding the permit meanwhile keeps this sender's window from refilling.

@@ -204,3 +204,52 @@ fn produce_then_consume_report_and_write_json() {
     assert!(stdout.contains("AVG(B2C) RT(ms)"), "{stdout}");
     assert!(stdout.contains("300 messages"), "{stdout}");
 }
+
+/// Established loopback connections whose far end is `port` (the connecting side of each).
+fn connections_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3 && fields[2].ends_with(&remote) && fields[3] == "01"
+        })
+        .count()
+}
+
+#[test]
+fn producers_each_open_a_connection_of_their_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let quiver = common::up(dir.path());
+    let namesrv = quiver.namesrv().to_string();
+    let broker_port = quiver.broker().port();
+    assert_eq!(connections_to(broker_port), 0);
+
+    let json = dir.path().join("producers.json");
+    let run = Command::new(common::binary())
+        .args(["bench", "produce", "-n", &namesrv, "-t", "BenchProducers"])
+        .args(["-w", "6", "--producers", "3", "-s", "64", "--queues", "2"])
+        .args(["--rate", "200", "--messages", "600", "--report-interval", "10"])
+        .args(["--json", json.to_str().expect("utf-8 path")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start quiver bench");
+    // Paced at 200 msg/s, the run lasts about 3 s: look while it sends.
+    let mut most = 0;
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        most = most.max(connections_to(broker_port));
+    }
+    let output = run.wait_with_output().expect("quiver bench ends");
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("6 senders over 3 producer(s)"), "{stdout}");
+    assert_eq!(most, 3, "one connection per producer to the broker");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid json");
+    assert_eq!(record["parameters"]["producers"], 3);
+    assert_eq!(record["summary"]["counters"]["messages"], 600);
+    assert_eq!(record["summary"]["counters"]["send_failed"], 0);
+}
