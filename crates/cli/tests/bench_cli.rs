@@ -231,7 +231,14 @@ fn producers_each_open_a_connection_of_their_own() {
     let run = Command::new(common::binary())
         .args(["bench", "produce", "-n", &namesrv, "-t", "BenchProducers"])
         .args(["-w", "6", "--producers", "3", "-s", "64", "--queues", "2"])
-        .args(["--rate", "200", "--messages", "600", "--report-interval", "10"])
+        .args([
+            "--rate",
+            "200",
+            "--messages",
+            "600",
+            "--report-interval",
+            "10",
+        ])
         .args(["--json", json.to_str().expect("utf-8 path")])
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -3,9 +3,9 @@
 //! - Async flush: one thread wakes every `interval_ms`, fsyncs when at least `least_pages`
 //!   pages are unflushed (or every `THOROUGH_FLUSH_INTERVAL` regardless), then flushes the
 //!   ConsumeQueues and index and writes the checkpoint.
-//! - Sync flush: whoever appends also syncs (see `Store::drain`): it takes every batch of
-//!   completions waiting, fsyncs once up to the highest position among them (group commit),
-//!   and completes them all (`complete_synced`). A thread checkpoints every
+//! - Sync flush: whoever appends also syncs once (see `group_commit.rs`), or leaves it to the
+//!   store's sync thread: it takes every batch of completions waiting, fsyncs once up to the
+//!   highest position among them (group commit), and completes them all (`complete_synced`). A thread checkpoints every
 //!   `SYNC_CHECKPOINT_INTERVAL`, so that ConsumeQueue fsyncs never delay acks.
 //!
 //! Errors are not fatal here: an fsync that fails is retried on the next round, and sync

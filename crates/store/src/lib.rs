@@ -2,8 +2,8 @@
 //! written by one appender at a time in groups and read concurrently without opening files.
 //!
 //! Layers, lowest first: `record` (the stored-message layout), `commitlog` (segments),
-//! `consume_queue`, `index`, `checkpoint`; then `recovery` (open), `appender` and `flusher`
-//! (threads), `read` (the read path). This crate never uses tokio and knows nothing of the wire.
+//! `consume_queue`, `index`, `checkpoint`; then `recovery` (open), `appender`, `group_commit`
+//! and `flusher` (threads), `read` (the read path). This crate never uses tokio and knows nothing of the wire.
 
 mod appender;
 mod checkpoint;
@@ -12,6 +12,7 @@ mod consume_queue;
 mod damaged;
 mod deleted;
 mod flusher;
+mod group_commit;
 mod index;
 mod index_file;
 mod prealloc;
@@ -34,7 +35,8 @@ pub use types::{
     RecoveryReport, StoreConfig, StoreStats, TopicDeletion,
 };
 
-use appender::{AppendJob, Appender, SyncBatch};
+use appender::{AppendJob, Appender};
+use group_commit::GroupCommit;
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
 pub use shared::ArrivalListener;
 use shared::Shared;
@@ -54,10 +56,8 @@ struct Inner {
     /// callers' alike (flat combining), so appends need no thread of their own and no
     /// hand-off between threads; callers that find it taken leave their request to the holder.
     appender: Mutex<Appender>,
-    /// With sync flush: written groups waiting for an fsync, and the right to run one. The
-    /// holder fsyncs for everything waiting, its own groups and other callers' alike.
-    unsynced: Mutex<Vec<SyncBatch>>,
-    syncer: Mutex<()>,
+    /// With sync flush: written groups waiting for an fsync, and who runs it.
+    group_commit: Arc<GroupCommit>,
     /// Dropping these wakes and stops the timed background threads.
     stops: Mutex<Vec<mpsc::Sender<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -84,7 +84,7 @@ impl Inner {
     /// With sync flush, then fsyncs for what was written, unless another thread is at that.
     fn drain(&self) {
         self.write_queued();
-        self.sync_unsynced();
+        self.group_commit.commit_once();
     }
 
     /// Writes everything queued unless another thread is already at it.
@@ -104,24 +104,6 @@ impl Inner {
         }
     }
 
-    /// With sync flush: fsyncs for everything written and not yet synced, unless another
-    /// thread is at it.
-    fn sync_unsynced(&self) {
-        loop {
-            let syncer = match self.syncer.try_lock() {
-                Ok(syncer) => syncer,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                // Same hand-over as above: the holder looks again after letting go.
-                Err(TryLockError::WouldBlock) => return,
-            };
-            self.sync_written();
-            drop(syncer);
-            if relock(self.unsynced.lock()).is_empty() {
-                return;
-            }
-        }
-    }
-
     /// Writes the queue; with sync flush, the written groups join `unsynced`.
     fn append_queued(&self, appender: &mut Appender) {
         let mut taken = Vec::new();
@@ -132,19 +114,7 @@ impl Inner {
             }
             appender.append_all(&mut taken);
         }
-        appender.take_unsynced(&mut relock(self.unsynced.lock()));
-    }
-
-    /// Group commits until nothing waits; the caller holds `syncer`.
-    fn sync_written(&self) {
-        let mut batches = Vec::new();
-        loop {
-            std::mem::swap(&mut *relock(self.unsynced.lock()), &mut batches);
-            if batches.is_empty() {
-                return;
-            }
-            flusher::complete_synced(&self.shared, &mut batches);
-        }
+        appender.take_unsynced(&mut self.group_commit.unsynced());
     }
 
     /// Stops accepting appends, completes what is queued, and joins the threads.
@@ -155,10 +125,8 @@ impl Inner {
             let mut appender = relock(self.appender.lock());
             self.append_queued(&mut appender);
         }
-        {
-            let _syncer = relock(self.syncer.lock());
-            self.sync_written();
-        }
+        self.group_commit.stop_thread();
+        self.group_commit.commit_all();
 
         self.stops.lock().expect("stop lock poisoned").clear();
         let threads = std::mem::take(&mut *self.threads.lock().expect("thread lock poisoned"));
@@ -279,6 +247,7 @@ impl Store {
         let shared = Arc::new(shared);
         let mut threads = Vec::new();
         let mut stops = Vec::new();
+        let group_commit = Arc::new(GroupCommit::new(Arc::clone(&shared)));
         let sync = match flush {
             FlushMode::Async {
                 interval_ms,
@@ -299,6 +268,8 @@ impl Store {
                 threads.push(spawn("quiver-store-checkpoint", move || {
                     flusher::run_checkpointer(s, stopped)
                 })?);
+                let g = Arc::clone(&group_commit);
+                threads.push(spawn("quiver-store-sync", move || g.run_thread())?);
                 Some(Duration::from_millis(timeout_ms))
             }
         };
@@ -327,8 +298,7 @@ impl Store {
                 }),
                 queue_capacity: queue_capacity.max(1),
                 appender: Mutex::new(appender),
-                unsynced: Mutex::new(Vec::new()),
-                syncer: Mutex::new(()),
+                group_commit,
                 stops: Mutex::new(stops),
                 threads: Mutex::new(threads),
                 closed: Mutex::new(false),

@@ -519,3 +519,44 @@ fn a_second_open_of_a_store_in_use_is_refused_until_the_first_closes() {
     let (store, _) = Store::open(small_config(dir.path())).expect("reopen after close");
     assert_eq!(store.bounds("T", 0).max_offset, 1);
 }
+
+#[test]
+fn a_group_written_during_a_commit_is_acknowledged_by_the_sync_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_sync(dir.path());
+    let (done_tx, done_rx) = mpsc::channel();
+    let during = store.clone();
+    let first_tx = done_tx.clone();
+    store.enqueue(
+        AppendRequest {
+            records: vec![simple("T", 0, b"first")],
+        },
+        Box::new(move |result| {
+            // Runs on the committing thread while its commit is still under way: the drain
+            // below finds it so and leaves the new group to it.
+            let second_tx = first_tx.clone();
+            during.enqueue(
+                AppendRequest {
+                    records: vec![simple("T", 1, b"second")],
+                },
+                Box::new(move |result| {
+                    let thread = std::thread::current().name().map(String::from);
+                    let _ = second_tx.send(("second", result, thread));
+                }),
+            );
+            during.drain();
+            let _ = first_tx.send(("first", result, None));
+        }),
+    );
+    store.drain();
+    let (name, first, _) = done_rx.recv_timeout(WAIT).expect("first ack");
+    assert_eq!(name, "first");
+    assert_eq!(first.expect("ok").flush, FlushStatus::Ok);
+    // No caller drains again: the thread that ran the commit handed the rest over.
+    let (name, second, thread) = done_rx.recv_timeout(WAIT).expect("second ack");
+    assert_eq!(name, "second");
+    assert_eq!(second.expect("ok").flush, FlushStatus::Ok);
+    assert_eq!(thread.as_deref(), Some("quiver-store-sync"));
+    assert_eq!(store.bounds("T", 1).max_offset, 1);
+    store.close().expect("close");
+}

@@ -1,0 +1,111 @@
+//! Sync flush: who runs the fdatasync that answers a written group.
+//!
+//! The thread that wrote a group runs the group commit itself when no other thread is running
+//! one: no wake-up stands between the write and the fsync. A thread that finds a commit under
+//! way leaves its group to the one running it, which looks again when it is done. But that
+//! caller is a runtime thread with other connections' work queued behind it, so it runs one
+//! commit only: what was written meanwhile goes to the sync thread, which keeps committing
+//! while groups keep arriving (many connections) and sleeps when they stop.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+
+use crate::appender::SyncBatch;
+use crate::flusher;
+use crate::relock;
+use crate::shared::Shared;
+
+pub struct GroupCommit {
+    shared: Arc<Shared>,
+    /// Written groups waiting for an fsync.
+    unsynced: Mutex<Vec<SyncBatch>>,
+    /// The right to run a group commit.
+    syncer: Mutex<()>,
+    thread: Mutex<ThreadState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct ThreadState {
+    wanted: bool,
+    stop: bool,
+}
+
+impl GroupCommit {
+    pub fn new(shared: Arc<Shared>) -> GroupCommit {
+        GroupCommit {
+            shared,
+            unsynced: Mutex::new(Vec::new()),
+            syncer: Mutex::new(()),
+            thread: Mutex::new(ThreadState::default()),
+            wake: Condvar::new(),
+        }
+    }
+
+    pub fn unsynced(&self) -> MutexGuard<'_, Vec<SyncBatch>> {
+        relock(self.unsynced.lock())
+    }
+
+    /// From a thread that just wrote: one group commit for everything written, unless one is
+    /// under way; whatever is still waiting after it goes to the sync thread.
+    pub fn commit_once(&self) {
+        let syncer = match self.syncer.try_lock() {
+            Ok(syncer) => syncer,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            // The holder looks at `unsynced` again after letting go, so it will see ours.
+            Err(TryLockError::WouldBlock) => return,
+        };
+        self.commit_round();
+        drop(syncer);
+        if !self.unsynced().is_empty() {
+            let mut thread = relock(self.thread.lock());
+            thread.wanted = true;
+            self.wake.notify_one();
+        }
+    }
+
+    /// Group commits until nothing waits, taking the right to run them even if that waits.
+    pub fn commit_all(&self) {
+        loop {
+            {
+                let _syncer = relock(self.syncer.lock());
+                while self.commit_round() {}
+            }
+            if self.unsynced().is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// One fsync for every group waiting now; false if none was.
+    fn commit_round(&self) -> bool {
+        let mut batches = std::mem::take(&mut *self.unsynced());
+        if batches.is_empty() {
+            return false;
+        }
+        flusher::complete_synced(&self.shared, &mut batches);
+        true
+    }
+
+    /// The sync thread's body: waits until asked, then commits until nothing waits.
+    pub fn run_thread(&self) {
+        loop {
+            {
+                let mut thread = relock(self.thread.lock());
+                while !thread.wanted && !thread.stop {
+                    thread = relock(self.wake.wait(thread));
+                }
+                if thread.stop {
+                    return;
+                }
+                thread.wanted = false;
+            }
+            self.commit_all();
+        }
+    }
+
+    /// Ends `run_thread`; the caller commits what is left itself.
+    pub fn stop_thread(&self) {
+        relock(self.thread.lock()).stop = true;
+        self.wake.notify_all();
+    }
+}
