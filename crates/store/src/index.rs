@@ -164,7 +164,11 @@ impl Index {
                     Some(prev) => *prev,
                     None => slots[slot as usize].load(Ordering::Acquire),
                 };
-                let time_diff_s = ((key.store_timestamp_ms - header.begin_timestamp_ms) / 1000)
+                // The header may come from a damaged file: no arithmetic on it may overflow.
+                let time_diff_s = (key
+                    .store_timestamp_ms
+                    .saturating_sub(header.begin_timestamp_ms)
+                    / 1000)
                     .clamp(0, i64::from(i32::MAX)) as i32;
                 let entry = IndexEntry {
                     key_hash: key.key_hash,
@@ -315,10 +319,10 @@ impl Index {
             while number != 0 && number < self.entries_max && steps < self.entries_max {
                 let entry = file.entry(number).map_err(io_error)?;
                 // timeDiff is truncated to seconds: the true time is in [time, time + 1 s).
-                let time = begin + i64::from(entry.time_diff_s) * 1000;
+                let time = begin.saturating_add(i64::from(entry.time_diff_s) * 1000);
                 if entry.key_hash == key_hash
                     && time <= end_ms
-                    && time + 999 >= begin_ms
+                    && time.saturating_add(999) >= begin_ms
                     && !visit(entry.position)?
                 {
                     return Ok(());
@@ -369,5 +373,56 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(collect(&index, 1), [700, 400, 100]);
         assert_eq!(collect(&index, 0), [900, 600, 300, 0]);
+    }
+
+    /// Sets the begin and end timestamps in the header of every index file under `dir`.
+    fn patch_timestamps(dir: &std::path::Path, begin_ms: i64, end_ms: i64) {
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(entry.expect("entry").path())
+                .expect("open");
+            let mut header = [0u8; 16];
+            header[..8].copy_from_slice(&begin_ms.to_be_bytes());
+            header[8..].copy_from_slice(&end_ms.to_be_bytes());
+            std::os::unix::fs::FileExt::write_all_at(&file, &header, 0).expect("patch");
+        }
+    }
+
+    #[test]
+    fn damaged_header_timestamps_neither_overflow_nor_panic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut problems = Vec::new();
+        let keys: Vec<KeyEntry> = (0..3u64)
+            .map(|i| KeyEntry {
+                key_hash: 7,
+                position: i * 100,
+                store_timestamp_ms: 1_000_000 + i as i64 * 1000,
+            })
+            .collect();
+        let index = Index::open(dir.path(), 4, 50, &mut problems).expect("open");
+        index.add(&keys).expect("add");
+        index.flush().expect("flush");
+        drop(index);
+
+        // A begin far in the past: the next entry's time offset from it is out of range.
+        patch_timestamps(dir.path(), i64::MIN + 10, 2_000_000);
+        let index = Index::open(dir.path(), 4, 50, &mut problems).expect("reopen");
+        index.add(&keys[..1]).expect("add past a damaged begin");
+        index.flush().expect("flush");
+        drop(index);
+
+        // A begin at the end of time: entry times computed from it are out of range.
+        patch_timestamps(dir.path(), i64::MAX - 10, i64::MAX);
+        let index = Index::open(dir.path(), 4, 50, &mut problems).expect("reopen");
+        let mut found = Vec::new();
+        index
+            .query(7, 0, i64::MAX, &mut |p| {
+                found.push(p);
+                Ok(true)
+            })
+            .expect("query");
+        // Every entry now seems to be stored at the end of time, which the range includes.
+        assert_eq!(found, [0, 200, 100, 0]);
     }
 }
