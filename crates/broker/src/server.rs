@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use quiver_wire::code::response_code;
 use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -31,6 +31,11 @@ const READ_SPACE_MAX: usize = 256 * 1024;
 /// At shutdown, how long a connection that stopped reading waits for its answers to be written
 /// (a client that reads none of them is not waited for longer).
 const ANSWER_DRAIN_MS: u64 = 3_000;
+/// After that, how long it reads on (and drops what it reads) while the client takes the last
+/// answers and closes. Closing with unread input makes the kernel reset the connection, which
+/// throws away answers still on their way: the client would see sends it made fail although
+/// the broker stored them.
+const CLOSE_LINGER_MS: u64 = 1_000;
 
 pub async fn serve(
     listener: TcpListener,
@@ -79,7 +84,7 @@ pub async fn serve(
     // with them), none is left to dispatch a request or write an answer after the broker
     // persists its state.
     drop(listener);
-    let drain = Duration::from_millis(ANSWER_DRAIN_MS + 1_000);
+    let drain = Duration::from_millis(ANSWER_DRAIN_MS + CLOSE_LINGER_MS + 1_000);
     let ended = tokio::time::timeout(drain, async {
         while connections.join_next().await.is_some() {}
     })
@@ -112,7 +117,7 @@ async fn serve_connection(
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
-    let _writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing)));
+    let writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing)));
     let in_flight = Arc::new(Semaphore::new(
         broker.config.requests_in_flight_per_connection_max,
     ));
@@ -184,7 +189,10 @@ async fn serve_connection(
         };
         let Some(read) = read else {
             drain_answers(&in_flight, &broker.config).await;
-            break Ok(());
+            // Ending the writer drops its half, which sends FIN after the answers.
+            drop(writer_task);
+            linger(&mut reader).await;
+            return Ok(());
         };
         match read {
             Ok(Ok(0)) | Err(_) => break Ok(()),
@@ -199,6 +207,15 @@ async fn serve_connection(
         }
     };
     result
+}
+
+/// Reads and drops input until the client closes, for at most `CLOSE_LINGER_MS`.
+async fn linger(reader: &mut OwnedReadHalf) {
+    let mut scratch = vec![0u8; READ_SPACE_MIN];
+    let _ = tokio::time::timeout(Duration::from_millis(CLOSE_LINGER_MS), async {
+        while let Ok(1..) = reader.read(&mut scratch).await {}
+    })
+    .await;
 }
 
 /// Waits until every request this connection read has been answered and the answer written

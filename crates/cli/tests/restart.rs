@@ -335,3 +335,96 @@ fn a_bad_config_value_stops_start_up_naming_key_and_line() {
     assert!(stderr.contains("flushDiskType"), "{stderr}");
     assert!(stderr.contains("ASYNC_FLUSH, SYNC_FLUSH"), "{stderr}");
 }
+
+/// A client that keeps sending while the broker stops receives the answer to every send the
+/// broker stored: the broker ends the connection with FIN after its last answer and reads on
+/// until the client closes, instead of closing on unread input (a reset, which throws away the
+/// answers still queued towards the client).
+#[test]
+fn every_stored_send_is_answered_when_the_broker_stops_under_load() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut quiver = up(dir.path());
+    let mut admin = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    admin.create_topic("Stopping", 1).unwrap();
+    drop(admin);
+
+    let stream = std::net::TcpStream::connect(quiver.broker()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let mut stream = stream.try_clone().unwrap();
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let body = vec![b'w'; 100];
+            let options = SendOptions {
+                queue_id: Some(0),
+                ..SendOptions::default()
+            };
+            let mut frame = bytes::BytesMut::new();
+            for opaque in 1..=1_000_000 {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut request = quiver_testkit::send_request("Stopping", &body, &options, false);
+                request.opaque = opaque;
+                frame.clear();
+                quiver_wire::encode_frame(&request, &mut frame).unwrap();
+                if stream.write_all(&frame).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let status = quiver.terminate().unwrap();
+        (quiver, status)
+    });
+
+    // Reads slower than the broker answers, so that answers are queued towards us when it stops.
+    let mut reader = stream;
+    let mut input = bytes::BytesMut::new();
+    let mut chunk = vec![0u8; 32 * 1024];
+    let mut answered = 0i64;
+    let ended = loop {
+        match reader.read(&mut chunk) {
+            Ok(0) => break None,
+            Ok(read) => input.extend_from_slice(&chunk[..read]),
+            Err(error) => break Some(error),
+        }
+        while let Some(frame) = quiver_wire::decode_frame(&mut input).unwrap() {
+            if frame.is_response() {
+                assert_eq!(frame.code, response_code::SUCCESS, "{:?}", frame.remark);
+                answered += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    done.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    drop(reader);
+    let (_, status) = stopper.join().unwrap();
+    assert!(status.success(), "clean exit on SIGTERM");
+    assert!(
+        ended.is_none(),
+        "the broker reset the connection: {ended:?}"
+    );
+
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    let query = Command::request(request_code::GET_MAX_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("topic", "Stopping")
+            .with("queueId", 0),
+    );
+    let stored = ext_i64(&client.call(query).unwrap(), "offset");
+    assert!(answered > 0, "no send was answered before the stop");
+    assert_eq!(answered, stored, "every stored send was answered");
+}
