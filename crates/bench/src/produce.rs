@@ -162,7 +162,9 @@ struct Record<'a> {
     stopped_by: Stop,
 }
 
-pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
+pub async fn run(mut args: ProduceArgs) -> Result<(), BenchError> {
+    // Every producer has at least one sender; the record shows the count that ran.
+    args.producers = args.producers.min(args.senders);
     let machine = Machine::read();
     let cpu_at_start = process_cpu_s();
     let new_client = |index: u32| {
@@ -174,9 +176,8 @@ pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
     };
     let client = new_client(0)?;
     prepare_topic(&client, &args).await?;
-    let producer_count = args.producers.min(args.senders);
-    let mut producers = Vec::with_capacity(producer_count as usize);
-    for index in 0..producer_count {
+    let mut producers = Vec::with_capacity(args.producers as usize);
+    for index in 0..args.producers {
         let client = if index == 0 {
             client.clone()
         } else {
@@ -259,8 +260,17 @@ pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
         write_json(path, &record)?;
         println!("Wrote {}", path.display());
     }
-    for producer in &shared.producers {
-        producer.shutdown().await;
+    // All at once: each tells every broker it leaves, which waits out a broker that is gone.
+    let leaving: Vec<_> = shared
+        .producers
+        .iter()
+        .map(|producer| {
+            let producer = producer.clone();
+            tokio::spawn(async move { producer.shutdown().await })
+        })
+        .collect();
+    for left in leaving {
+        let _ = left.await;
     }
     Ok(())
 }
@@ -280,7 +290,7 @@ fn header(args: &ProduceArgs, machine: &Machine) -> String {
     });
     format!(
         "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, batch {}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
-        args.topic, args.senders, args.producers.min(args.senders), args.size, args.batch, args.run.runtime_threads, args.run.namesrv, machine.line()
+        args.topic, args.senders, args.producers, args.size, args.batch, args.run.runtime_threads, args.run.namesrv, machine.line()
     )
 }
 

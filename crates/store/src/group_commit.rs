@@ -7,12 +7,35 @@
 //! commit only: what was written meanwhile goes to the sync thread, which keeps committing
 //! while groups keep arriving (many connections) and sleeps when they stop.
 
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 
 use crate::appender::SyncBatch;
 use crate::flusher;
 use crate::relock;
 use crate::shared::Shared;
+
+thread_local! {
+    /// Set while this thread runs completions, which it does holding the syncer.
+    static COMPLETING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears `COMPLETING` however the completions end, a panic included.
+struct Completing;
+
+impl Completing {
+    fn start() -> Completing {
+        COMPLETING.with(|c| c.set(true));
+        Completing
+    }
+}
+
+impl Drop for Completing {
+    fn drop(&mut self) {
+        COMPLETING.with(|c| c.set(false));
+    }
+}
 
 pub struct GroupCommit {
     shared: Arc<Shared>,
@@ -64,7 +87,12 @@ impl GroupCommit {
     }
 
     /// Group commits until nothing waits, taking the right to run them even if that waits.
+    /// From a completion (one that dropped the last handle to the store, so that it closes)
+    /// it does nothing: this thread holds that right already and looks again when done.
     pub fn commit_all(&self) {
+        if COMPLETING.with(Cell::get) {
+            return;
+        }
         loop {
             {
                 let _syncer = relock(self.syncer.lock());
@@ -82,6 +110,7 @@ impl GroupCommit {
         if batches.is_empty() {
             return false;
         }
+        let _completing = Completing::start();
         flusher::complete_synced(&self.shared, &mut batches);
         true
     }
@@ -99,7 +128,9 @@ impl GroupCommit {
                 }
                 thread.wanted = false;
             }
-            self.commit_all();
+            // A completion that panics (a bug, reported by the panic hook) must not leave
+            // later groups without the thread that commits them.
+            let _ = catch_unwind(AssertUnwindSafe(|| self.commit_all()));
         }
     }
 

@@ -185,7 +185,7 @@ impl Index {
                 .write_all_at(&w.staged, entry_at(self.slots, first))?;
             for (slot, number) in w.overlay.drain() {
                 if slots[slot as usize].swap(number, Ordering::AcqRel) == 0 {
-                    header.slots_used += 1;
+                    header.slots_used = header.slots_used.saturating_add(1);
                 }
                 w.dirty_slots.push(slot);
             }

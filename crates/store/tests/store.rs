@@ -560,3 +560,48 @@ fn a_group_written_during_a_commit_is_acknowledged_by_the_sync_thread() {
     assert_eq!(store.bounds("T", 1).max_offset, 1);
     store.close().expect("close");
 }
+
+/// Sends a message when dropped.
+struct DropSignal(mpsc::Sender<&'static str>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        let _ = self.0.send("dropped");
+    }
+}
+
+#[test]
+fn a_completion_that_drops_the_last_handle_closes_the_store_without_hanging() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_sync(dir.path());
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (dropped_tx, dropped_rx) = mpsc::channel();
+    let during = store.clone();
+    store.enqueue(
+        AppendRequest {
+            records: vec![simple("T", 0, b"first")],
+        },
+        Box::new(move |_| {
+            // Left to the sync thread; its completion holds the last handle to the store.
+            let last = (during.clone(), DropSignal(dropped_tx));
+            during.enqueue(
+                AppendRequest {
+                    records: vec![simple("T", 1, b"second")],
+                },
+                Box::new(move |_| {
+                    let _last = last;
+                    let _ = go_rx.recv_timeout(WAIT);
+                }),
+            );
+            during.drain();
+        }),
+    );
+    store.drain();
+    drop(store);
+    go_tx.send(()).expect("the second completion waits");
+    assert_eq!(
+        dropped_rx.recv_timeout(WAIT),
+        Ok("dropped"),
+        "the store closed on the sync thread"
+    );
+}
