@@ -12,7 +12,7 @@ use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::broker::Broker;
@@ -36,6 +36,8 @@ const ANSWER_DRAIN_MS: u64 = 3_000;
 /// throws away answers still on their way: the client would see sends it made fail although
 /// the broker stored them.
 const CLOSE_LINGER_MS: u64 = 1_000;
+/// How long the writer may take to finish the write it is in when told to stop.
+const WRITER_STOP_MS: u64 = 500;
 
 pub async fn serve(
     listener: TcpListener,
@@ -84,7 +86,7 @@ pub async fn serve(
     // with them), none is left to dispatch a request or write an answer after the broker
     // persists its state.
     drop(listener);
-    let drain = Duration::from_millis(ANSWER_DRAIN_MS + CLOSE_LINGER_MS + 1_000);
+    let drain = Duration::from_millis(ANSWER_DRAIN_MS + WRITER_STOP_MS + CLOSE_LINGER_MS + 1_000);
     let ended = tokio::time::timeout(drain, async {
         while connections.join_next().await.is_some() {}
     })
@@ -117,7 +119,8 @@ async fn serve_connection(
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
-    let writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing)));
+    let (stop_writer, writer_stop) = oneshot::channel();
+    let mut writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing, writer_stop)));
     let in_flight = Arc::new(Semaphore::new(
         broker.config.requests_in_flight_per_connection_max,
     ));
@@ -189,7 +192,12 @@ async fn serve_connection(
         };
         let Some(read) = read else {
             drain_answers(&in_flight, &broker.config).await;
-            // Ending the writer drops its half, which sends FIN after the answers.
+            // The writer ends between two writes (never inside a frame) and drops its half,
+            // which sends FIN after the answers; one stuck on a client that reads nothing is
+            // aborted.
+            let _ = stop_writer.send(());
+            let writer_stopped = Duration::from_millis(WRITER_STOP_MS);
+            let _ = tokio::time::timeout(writer_stopped, &mut writer_task.0).await;
             drop(writer_task);
             linger(&mut reader).await;
             return Ok(());
@@ -226,12 +234,25 @@ async fn drain_answers(in_flight: &Semaphore, config: &crate::config::BrokerConf
     let _ = tokio::time::timeout(drain, in_flight.acquire_many(all)).await;
 }
 
-async fn write_frames(mut writer: OwnedWriteHalf, mut outgoing: mpsc::UnboundedReceiver<Outgoing>) {
+async fn write_frames(
+    mut writer: OwnedWriteHalf,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+    mut stop: oneshot::Receiver<()>,
+) {
     let mut buffer = BytesMut::with_capacity(64 * 1024);
     // The in-flight permits of the answers being written: let go once they are written.
     let mut permits = Vec::new();
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
-    while let Some(first) = outgoing.recv().await {
+    loop {
+        // Stopped, or the connection task is gone (its sender dropped).
+        let first = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            first = outgoing.recv() => match first {
+                Some(first) => first,
+                None => break,
+            },
+        };
         encode_or_error(&first.command, &mut buffer);
         permits.extend(first.permit);
         while buffer.len() < WRITE_BATCH_BYTES_MAX {
