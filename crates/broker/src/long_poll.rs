@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 struct Waiter {
     offset: u64,
@@ -19,6 +19,8 @@ pub struct PullWaiters {
     parked_max: usize,
     /// Set at shutdown: every pull parked then or later is answered at once.
     closed: AtomicBool,
+    /// Wakes the pulls that could not park (past the limit) when `closed` is set.
+    closing: Notify,
 }
 
 impl PullWaiters {
@@ -28,7 +30,21 @@ impl PullWaiters {
             parked: AtomicUsize::new(0),
             parked_max,
             closed: AtomicBool::new(false),
+            closing: Notify::new(),
         }
+    }
+
+    /// Completes at shutdown: a pull that could not park waits for this or its time, whichever
+    /// comes first, so that it does not hold the stop for its whole suspend time.
+    pub async fn until_closed(&self) {
+        let notified = self.closing.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read: a close in between still wakes us.
+        notified.as_mut().enable();
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
     }
 
     /// Parks a pull waiting for offsets at or past `offset`. None when too many are parked;
@@ -104,6 +120,7 @@ impl PullWaiters {
         self.closed.store(true, Ordering::Release);
         waiting.clear();
         self.parked.store(0, Ordering::Relaxed);
+        self.closing.notify_waiters();
     }
 
     pub fn parked(&self) -> usize {
@@ -114,6 +131,33 @@ impl PullWaiters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closing_wakes_pulls_that_could_not_park() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let waiters = std::sync::Arc::new(PullWaiters::new(0));
+        assert!(waiters.park("T", 0, 0).is_none(), "no room to park");
+        runtime.block_on(async {
+            let waiting = {
+                let waiters = waiters.clone();
+                tokio::spawn(async move { waiters.until_closed().await })
+            };
+            tokio::task::yield_now().await;
+            assert!(!waiting.is_finished());
+            waiters.close();
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+                .await
+                .expect("woken by the close")
+                .expect("task");
+            // And one that starts waiting after the close returns at once.
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiters.until_closed())
+                .await
+                .expect("returns at once after the close");
+        });
+    }
 
     #[test]
     fn arrival_wakes_only_waiters_below_the_new_maximum() {

@@ -69,7 +69,13 @@ fn park(
             // Too many pulls parked to be woken by arrivals: this one still waits out its
             // time (a Java consumer told "nothing new" at once would pull again at once, in a
             // tight loop); the connection's in-flight limit bounds how many wait so.
-            (None, false) => tokio::time::sleep(hold).await,
+            // At shutdown it is answered at once, as parked pulls are.
+            (None, false) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(hold) => {}
+                    _ = broker.waiters.until_closed() => {}
+                }
+            }
         }
         let response = match pull_once(&broker, &request, &header, false) {
             Ok(Outcome::Answer(response)) => response,
