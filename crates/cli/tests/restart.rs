@@ -4,10 +4,15 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{binary, ext_i64, pull_all, up, wait_for_route};
-use quiver_testkit::{QuiverProcess, SendOptions, WireClient};
+use quiver_testkit::crash::max_offset;
+use quiver_testkit::{send_request, QuiverProcess, SendOptions, WireClient};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::{Command, Encoding, ExtFields};
 
@@ -63,17 +68,8 @@ fn assert_all_readable(
             assert_eq!(message.queue_offset, *offset);
             assert_eq!(&message.body, body);
         }
-        let max = client
-            .call(
-                Command::request(request_code::GET_MAX_OFFSET, Encoding::Json).with_ext(
-                    ExtFields::new()
-                        .with("topic", topic)
-                        .with("queueId", queue_id),
-                ),
-            )
-            .unwrap();
         assert_eq!(
-            ext_i64(&max, "offset") as usize,
+            max_offset(&mut client, topic, queue_id).unwrap() as usize,
             messages.len(),
             "ConsumeQueue agrees with the CommitLog"
         );
@@ -144,9 +140,7 @@ fn offsets_committed_until_the_stop_survive_it() {
     let broker = quiver.broker();
     let committer = std::thread::spawn(move || {
         let mut client = WireClient::connect(broker, Encoding::Json).unwrap();
-        client
-            .set_read_timeout(std::time::Duration::from_secs(10))
-            .unwrap();
+        client.set_read_timeout(Duration::from_secs(10)).unwrap();
         let mut answered = 0;
         for offset in 1.. {
             let update = Command::request(request_code::UPDATE_CONSUMER_OFFSET, Encoding::Json)
@@ -164,7 +158,7 @@ fn offsets_committed_until_the_stop_survive_it() {
         }
         answered
     });
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
         quiver.terminate().unwrap().success(),
         "clean exit on SIGTERM"
@@ -207,7 +201,7 @@ fn sigterm_during_recovery_stops_cleanly() {
         .spawn()
         .unwrap();
     // SIGTERM as soon as the broker says it opens the store, that is, while it recovers.
-    let opening = quiver_testkit::wait_until(std::time::Duration::from_secs(20), || {
+    let opening = quiver_testkit::wait_until(Duration::from_secs(20), || {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
         log[logged_before..]
             .contains("opening the store")
@@ -342,11 +336,6 @@ fn a_bad_config_value_stops_start_up_naming_key_and_line() {
 /// answers still queued towards the client).
 #[test]
 fn every_stored_send_is_answered_when_the_broker_stops_under_load() {
-    use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    use std::time::Duration;
-
     let dir = tempfile::tempdir().unwrap();
     let mut quiver = up(dir.path());
     let mut admin = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
@@ -372,7 +361,7 @@ fn every_stored_send_is_answered_when_the_broker_stops_under_load() {
                 if done.load(Ordering::Relaxed) {
                     break;
                 }
-                let mut request = quiver_testkit::send_request("Stopping", &body, &options, false);
+                let mut request = send_request("Stopping", &body, &options, false);
                 request.opaque = opaque;
                 frame.clear();
                 quiver_wire::encode_frame(&request, &mut frame).unwrap();
@@ -419,12 +408,7 @@ fn every_stored_send_is_answered_when_the_broker_stops_under_load() {
 
     let quiver = up(dir.path());
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
-    let query = Command::request(request_code::GET_MAX_OFFSET, Encoding::Json).with_ext(
-        ExtFields::new()
-            .with("topic", "Stopping")
-            .with("queueId", 0),
-    );
-    let stored = ext_i64(&client.call(query).unwrap(), "offset");
+    let stored = max_offset(&mut client, "Stopping", 0).unwrap();
     assert!(answered > 0, "no send was answered before the stop");
     assert_eq!(answered, stored, "every stored send was answered");
 }
