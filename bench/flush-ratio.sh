@@ -40,8 +40,10 @@ bench_run() { # FLUSH
     "$QUIVER" up -c "$WORK/broker.conf" --data "$WORK/data" --namesrv-port "$NAMESRV_PORT" \
         --broker-port "$BROKER_PORT" > "$WORK/up.log" 2>&1 &
     BROKER_PID=$!
-    for _ in $(seq 100); do grep -q ready "$WORK/up.log" && break; sleep 0.1; done
-    grep -q ready "$WORK/up.log" || { echo "flush-ratio.sh: quiver up did not start" >&2; cat "$WORK/up.log" >&2; exit 1; }
+    # "^ready": an error such as "Address already in use" contains "ready" too.
+    for _ in $(seq 100); do grep -q '^ready' "$WORK/up.log" && break; sleep 0.1; done
+    grep -q '^ready' "$WORK/up.log" || { echo "flush-ratio.sh: quiver up did not start" >&2; cat "$WORK/up.log" >&2; exit 1; }
+    rm -f "$WORK/run.json"
     "$QUIVER" bench produce -n "127.0.0.1:$NAMESRV_PORT" -t FlushRatio --queues 8 --warmup 2 \
         --duration "$SECONDS_RUN" --report-interval 60 --json "$WORK/run.json" "${FLAGS[@]}" > /dev/null
     kill "$BROKER_PID"; wait "$BROKER_PID" 2>/dev/null || true
@@ -69,6 +71,11 @@ echo "|---|---|---|---|"
 for pair in $(seq "$PAIRS"); do
     async=$($RUN ASYNC_FLUSH)
     sync=$($RUN SYNC_FLUSH)
+    # A run that failed prints no figure (command substitution does not stop the script).
+    if ! [[ "$async" =~ ^[0-9]+$ && "$sync" =~ ^[0-9]+$ ]]; then
+        echo "flush-ratio.sh: pair $pair failed (async '$async', sync '$sync')" >&2
+        exit 1
+    fi
     echo "$async" >> "$WORK/async"; echo "$sync" >> "$WORK/sync"
     echo "| $pair | $async | $sync | $(awk -v s="$sync" -v a="$async" 'BEGIN {printf "%.2f", s / a}') |"
 done
