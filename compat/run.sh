@@ -97,7 +97,8 @@ wait_for_line() {
 NAMESRV=""
 start_quiver() {
     local binary="$ROOT/target/$PROFILE/quiver"
-    printf 'messageDelayLevel=%s\n' "$DELAY_LEVELS" >"$WORK/broker.conf"
+    # Registrations every 2 s: tests that change routes on the name server see one happen.
+    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\n' "$DELAY_LEVELS" >"$WORK/broker.conf"
     "$binary" up -c "$WORK/broker.conf" --data "$WORK/data" --namesrv-port 0 --broker-port 0 \
         >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
     PIDS+=("$!")

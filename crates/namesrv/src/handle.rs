@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use quiver_wire::body::{self, RegisterBrokerBody};
+use quiver_wire::body::{self, DataVersion, RegisterBrokerBody};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{
     ext_or_err, DeleteTopicFromNamesrvRequestHeader, GetRouteInfoRequestHeader, HeaderError,
@@ -36,6 +36,10 @@ fn handler_for(code: i32) -> Option<Handler> {
         request_code::QUERY_DATA_VERSION => query_data_version,
         request_code::BROKER_HEARTBEAT => broker_heartbeat,
         request_code::DELETE_TOPIC_IN_NAMESRV => delete_topic,
+        request_code::WIPE_WRITE_PERM_OF_BROKER => wipe_write_perm,
+        request_code::ADD_WRITE_PERM_OF_BROKER => add_write_perm,
+        request_code::GET_TOPICS_BY_CLUSTER => topics_by_cluster,
+        request_code::GET_SYSTEM_TOPIC_LIST_FROM_NS => system_topic_list,
         _ => return None,
     })
 }
@@ -76,11 +80,14 @@ fn register_broker(call: &Call, request: &Command) -> Result<Command, HeaderErro
                 "compressed registration bodies are not supported; set compressedRegister=false",
             ));
     }
-    let topics = if request.body.is_empty() {
-        Default::default()
+    let (data_version, topics) = if request.body.is_empty() {
+        (None, Default::default())
     } else {
         match body::from_json::<RegisterBrokerBody>(&request.body) {
-            Ok(parsed) => parsed.topic_config_serialize_wrapper.topic_config_table,
+            Ok(parsed) => {
+                let wrapper = parsed.topic_config_serialize_wrapper;
+                (Some(wrapper.data_version), wrapper.topic_config_table)
+            }
             Err(error) => {
                 return Ok(request
                     .response_to(response_code::SYSTEM_ERROR)
@@ -94,6 +101,7 @@ fn register_broker(call: &Call, request: &Command) -> Result<Command, HeaderErro
         broker_addr: header.broker_addr,
         broker_id: header.broker_id,
         expiry_ms: header.heartbeat_timeout_millis,
+        data_version,
         topics,
     };
     lock(call).register(registration, Some(call.connection), call.now_ms);
@@ -121,16 +129,66 @@ fn broker_heartbeat(call: &Call, request: &Command) -> Result<Command, HeaderErr
     Ok(request.response_to(response_code::SUCCESS))
 }
 
+/// Whether the broker's topic config changed since its last registration (the body is its
+/// DataVersion); a body we cannot read counts as changed, which only costs a registration.
 fn query_data_version(call: &Call, request: &Command) -> Result<Command, HeaderError> {
-    // We keep no per-broker data version, so always ask for a full registration: correct, and
-    // cheap at one registration per 30 s.
     let ext = ext_or_err(request)?;
-    if let Some(addr) = ext.get("brokerAddr") {
-        lock(call).touch(addr, call.now_ms);
-    }
+    let addr = ext
+        .get("brokerAddr")
+        .ok_or(HeaderError::Missing("brokerAddr"))?;
+    let mut table = lock(call);
+    table.touch(addr, call.now_ms);
+    let changed = match body::from_json::<DataVersion>(&request.body) {
+        Ok(version) => table.data_version_changed(addr, &version),
+        Err(_) => true,
+    };
     Ok(request
         .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new().with("changed", true)))
+        .with_ext(ExtFields::new().with("changed", changed)))
+}
+
+fn broker_name(request: &Command) -> Result<&str, HeaderError> {
+    let name = ext_or_err(request)?
+        .get("brokerName")
+        .ok_or(HeaderError::Missing("brokerName"))?;
+    Ok(name)
+}
+
+/// `mqadmin wipeWritePerm`: answers how many topics lost their write permission.
+fn wipe_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let name = broker_name(request)?;
+    let count = lock(call).wipe_write_perm(name);
+    tracing::info!(broker = name, topics = count, "write permission wiped");
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new().with("wipeTopicCount", count)))
+}
+
+/// `mqadmin addWritePerm`: answers how many topics got read and write permission back.
+fn add_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let name = broker_name(request)?;
+    let count = lock(call).add_write_perm(name);
+    tracing::info!(broker = name, topics = count, "write permission added");
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new().with("addTopicCount", count)))
+}
+
+fn topics_by_cluster(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let cluster = ext_or_err(request)?
+        .get("cluster")
+        .ok_or(HeaderError::Missing("cluster"))?;
+    let list = lock(call).topics_by_cluster(cluster);
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_body(body::to_json(&list)))
+}
+
+fn system_topic_list(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    let list = lock(call).system_topic_list();
+    Ok(request
+        .response_to(response_code::SUCCESS)
+        .with_body(body::to_json(&list)))
 }
 
 fn route_by_topic(call: &Call, request: &Command) -> Result<Command, HeaderError> {

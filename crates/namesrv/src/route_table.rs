@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use quiver_wire::body::{
-    BrokerData, ClusterInfo, QueueData, TopicConfig, TopicList, TopicRouteData,
+    BrokerData, ClusterInfo, DataVersion, QueueData, TopicConfig, TopicList, TopicRouteData,
 };
 
 /// Identifies the connection a broker registered over, so a closed connection can drop it.
@@ -13,6 +13,10 @@ pub type ConnectionId = u64;
 /// Java's name server expires a broker after 120 s without a registration.
 pub const BROKER_EXPIRY_MS_DEFAULT: i64 = 120_000;
 
+/// RocketMQ's PermName bits.
+const PERM_READ: i32 = 4;
+const PERM_WRITE: i32 = 2;
+
 #[derive(Debug, Clone)]
 struct LiveBroker {
     cluster: String,
@@ -20,6 +24,8 @@ struct LiveBroker {
     last_update_ms: i64,
     expiry_ms: i64,
     connection: Option<ConnectionId>,
+    /// The topic-config version of its last registration with a body.
+    data_version: Option<DataVersion>,
 }
 
 /// What a broker tells the name server when it registers.
@@ -30,6 +36,8 @@ pub struct Registration {
     pub broker_addr: String,
     pub broker_id: i64,
     pub expiry_ms: Option<i64>,
+    /// The version of the broker's topic config; `None` when the registration has no body.
+    pub data_version: Option<DataVersion>,
     pub topics: BTreeMap<String, TopicConfig>,
 }
 
@@ -58,6 +66,11 @@ impl RouteTable {
     /// in RocketMQ: slaves share their master's topics. A registration adds and updates topics
     /// and never removes one: a Java broker that creates a topic registers with that topic
     /// alone. A broker's topics go when its last address does.
+    ///
+    /// As in RocketMQ, a registration whose data version equals the one recorded for the
+    /// address only adds the topics this broker does not serve yet here: what an operator
+    /// changed on the name server since (a wiped write permission) stays until the broker's
+    /// topic config changes.
     pub fn register(
         &mut self,
         registration: Registration,
@@ -70,6 +83,7 @@ impl RouteTable {
             broker_addr,
             broker_id,
             expiry_ms,
+            data_version,
             topics,
         } = registration;
         // The same address registering under another name or cluster leaves the old one: it
@@ -79,6 +93,15 @@ impl RouteTable {
                 self.unregister(&broker_addr);
             }
         }
+        let first = self
+            .brokers
+            .get(&broker_name)
+            .is_none_or(|(_, addrs)| !addrs.values().any(|addr| *addr == broker_addr));
+        let previous_version = self
+            .live
+            .get(&broker_addr)
+            .and_then(|live| live.data_version.clone());
+        let changed = first || data_version.is_none() || previous_version != data_version;
         self.clusters
             .entry(cluster.clone())
             .or_default()
@@ -95,6 +118,13 @@ impl RouteTable {
         entry.1.insert(broker_id, broker_addr.clone());
         if broker_id == 0 {
             for (topic, config) in topics {
+                let served = self
+                    .topics
+                    .get(&topic)
+                    .is_some_and(|queues| queues.contains_key(&broker_name));
+                if served && !changed {
+                    continue;
+                }
                 let queue_data = QueueData {
                     broker_name: broker_name.clone(),
                     read_queue_nums: config.read_queue_nums,
@@ -116,8 +146,77 @@ impl RouteTable {
                 last_update_ms: now_ms,
                 expiry_ms: expiry_ms.unwrap_or(self.expiry_ms_default),
                 connection,
+                data_version: data_version.or(previous_version),
             },
         );
+    }
+
+    /// Whether `version` differs from what `broker_addr` last registered (true when unknown):
+    /// QUERY_DATA_VERSION, which brokers ask before a registration they may skip.
+    pub fn data_version_changed(&self, broker_addr: &str, version: &DataVersion) -> bool {
+        self.live
+            .get(broker_addr)
+            .and_then(|live| live.data_version.as_ref())
+            != Some(version)
+    }
+
+    /// Takes the write permission off every topic the broker serves, so that producers send
+    /// elsewhere while consumers drain it (RocketMQ's way to take a broker out of service).
+    /// Returns how many topics it touched.
+    pub fn wipe_write_perm(&mut self, broker_name: &str) -> usize {
+        self.set_perm(broker_name, |perm| perm & !PERM_WRITE)
+    }
+
+    /// Gives every topic the broker serves read and write permission again, as RocketMQ does
+    /// (whatever the permission was before). Returns how many topics it touched.
+    pub fn add_write_perm(&mut self, broker_name: &str) -> usize {
+        self.set_perm(broker_name, |_| PERM_READ | PERM_WRITE)
+    }
+
+    fn set_perm(&mut self, broker_name: &str, change: impl Fn(i32) -> i32) -> usize {
+        let mut touched = 0;
+        for queues in self.topics.values_mut() {
+            if let Some(queue_data) = queues.get_mut(broker_name) {
+                queue_data.perm = change(queue_data.perm);
+                touched += 1;
+            }
+        }
+        touched
+    }
+
+    /// The topics served by at least one broker of `cluster`; none for an unknown cluster.
+    pub fn topics_by_cluster(&self, cluster: &str) -> TopicList {
+        let brokers = self.clusters.get(cluster);
+        let topic_list = self
+            .topics
+            .iter()
+            .filter(|(_, queues)| {
+                brokers.is_some_and(|names| queues.keys().any(|name| names.contains(name)))
+            })
+            .map(|(topic, _)| topic.clone())
+            .collect();
+        TopicList {
+            topic_list,
+            broker_addr: None,
+        }
+    }
+
+    /// RocketMQ's "system topics" as the name server knows them: every cluster name and
+    /// broker name (each is also a topic a Java broker creates), with one broker's address.
+    pub fn system_topic_list(&self) -> TopicList {
+        let mut topic_list = Vec::new();
+        for (cluster, names) in &self.clusters {
+            topic_list.push(cluster.clone());
+            topic_list.extend(names.iter().cloned());
+        }
+        let broker_addr = self
+            .brokers
+            .values()
+            .find_map(|(_, addrs)| addrs.values().next().cloned());
+        TopicList {
+            topic_list,
+            broker_addr,
+        }
     }
 
     /// Removes one broker address and, when it was the last address of its broker name, the
@@ -305,8 +404,111 @@ mod tests {
             broker_addr: addr.into(),
             broker_id: 0,
             expiry_ms: None,
+            data_version: None,
             topics,
         }
+    }
+
+    fn versioned(mut registration: Registration, counter: i64) -> Registration {
+        registration.data_version = Some(DataVersion {
+            counter,
+            state_version: 0,
+            timestamp: 1_700_000_000_000,
+        });
+        registration
+    }
+
+    fn perm(table: &RouteTable, topic: &str) -> i32 {
+        table.route(topic).expect("route").queue_datas[0].perm
+    }
+
+    #[test]
+    fn a_wiped_write_permission_lasts_until_the_broker_topic_config_changes() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        let topics = [("T", 4), ("U", 2)];
+        table.register(
+            versioned(registration("a", "127.0.0.1:1", &topics), 1),
+            None,
+            0,
+        );
+        table.register(
+            versioned(registration("b", "127.0.0.1:2", &[("T", 4)]), 1),
+            None,
+            0,
+        );
+        assert_eq!(table.wipe_write_perm("a"), 2);
+        assert_eq!(table.wipe_write_perm("nobody"), 0);
+        assert_eq!(perm(&table, "U"), PERM_READ);
+        let route = table.route("T").unwrap();
+        let of = |name: &str| {
+            route
+                .queue_datas
+                .iter()
+                .find(|q| q.broker_name == name)
+                .unwrap()
+                .perm
+        };
+        assert_eq!((of("a"), of("b")), (PERM_READ, PERM_READ | PERM_WRITE));
+
+        // The periodic registration with the same version leaves the wipe in place...
+        table.register(
+            versioned(registration("a", "127.0.0.1:1", &topics), 1),
+            None,
+            30,
+        );
+        assert!(!table.data_version_changed(
+            "127.0.0.1:1",
+            &versioned(registration("a", "", &[]), 1)
+                .data_version
+                .unwrap()
+        ));
+        assert_eq!(perm(&table, "U"), PERM_READ);
+        // ...but still adds a topic this broker did not serve here.
+        let more = [("T", 4), ("U", 2), ("V", 1)];
+        table.register(
+            versioned(registration("a", "127.0.0.1:1", &more), 1),
+            None,
+            40,
+        );
+        assert_eq!(perm(&table, "V"), PERM_READ | PERM_WRITE);
+
+        assert_eq!(table.add_write_perm("a"), 3);
+        assert_eq!(perm(&table, "U"), PERM_READ | PERM_WRITE);
+        table.wipe_write_perm("a");
+        // A new version (a topic created or changed on the broker) rewrites every topic.
+        table.register(
+            versioned(registration("a", "127.0.0.1:1", &more), 2),
+            None,
+            50,
+        );
+        assert!(table.data_version_changed(
+            "127.0.0.1:1",
+            &versioned(registration("a", "", &[]), 1)
+                .data_version
+                .unwrap()
+        ));
+        assert_eq!(perm(&table, "U"), PERM_READ | PERM_WRITE);
+    }
+
+    #[test]
+    fn topics_and_system_topics_are_listed_by_cluster() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(registration("a", "127.0.0.1:1", &[("T", 4)]), None, 0);
+        let mut other = registration("b", "127.0.0.1:2", &[("T", 2), ("U", 1)]);
+        other.cluster = "Other".to_string();
+        table.register(other, None, 0);
+        assert_eq!(
+            table.topics_by_cluster("DefaultCluster").topic_list,
+            vec!["T"]
+        );
+        assert_eq!(table.topics_by_cluster("Other").topic_list, vec!["T", "U"]);
+        assert!(table
+            .topics_by_cluster("NoSuchCluster")
+            .topic_list
+            .is_empty());
+        let system = table.system_topic_list();
+        assert_eq!(system.topic_list, vec!["DefaultCluster", "a", "Other", "b"]);
+        assert_eq!(system.broker_addr.as_deref(), Some("127.0.0.1:1"));
     }
 
     #[test]

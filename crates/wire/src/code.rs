@@ -40,6 +40,7 @@ pub mod request_code {
     pub const GET_TOPIC_STATS_INFO: i32 = 202;
     pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
     pub const GET_PRODUCER_CONNECTION_LIST: i32 = 204;
+    pub const WIPE_WRITE_PERM_OF_BROKER: i32 = 205;
     pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
     pub const DELETE_SUBSCRIPTIONGROUP: i32 = 207;
     pub const GET_CONSUME_STATS: i32 = 208;
@@ -58,6 +59,7 @@ pub mod request_code {
     pub const QUERY_DATA_VERSION: i32 = 322;
     pub const SEND_REPLY_MESSAGE: i32 = 324;
     pub const SEND_REPLY_MESSAGE_V2: i32 = 325;
+    pub const ADD_WRITE_PERM_OF_BROKER: i32 = 327;
     pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
     pub const GET_TOPIC_CONFIG: i32 = 351;
     pub const LITE_PULL_MESSAGE: i32 = 361;

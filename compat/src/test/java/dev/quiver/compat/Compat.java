@@ -21,6 +21,8 @@ final class Compat {
     /** Set by compat/run.sh to the name server it started. */
     static final String NAMESRV = System.getProperty("compat.namesrv", "127.0.0.1:9876");
     static final Duration WAIT = Duration.ofSeconds(60);
+    /** registerNameServerPeriod of the broker run.sh starts, in seconds. */
+    static final int REGISTER_INTERVAL_S = 2;
     private static final AtomicLong SEQUENCE = new AtomicLong();
 
     private Compat() {}

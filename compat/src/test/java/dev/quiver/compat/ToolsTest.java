@@ -170,6 +170,58 @@ class ToolsTest {
         return rows;
     }
 
+    /**
+     * wipeWritePerm takes a broker out of producers' routes on the name server (consumers keep
+     * reading), and the broker's periodic registration does not undo it; addWritePerm brings it
+     * back.
+     */
+    @Test
+    void wipeWritePermStopsSendsUntilAddWritePerm() throws Exception {
+        String topic = Compat.unique("wiped");
+        String created = Tools.mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2");
+        assertTrue(created.contains("success"), created);
+        mqadminUntil("route of " + topic, out -> out.contains("\"perm\":6"), "topicRoute", "-t", topic);
+        try {
+            String wiped = Tools.mqadmin("wipeWritePerm", "-b", "broker-a");
+            Matcher count = Pattern.compile("wipe write perm of broker\\[broker-a\\] in name server\\[[^]]+\\] OK, (\\d+)")
+                .matcher(wiped);
+            assertTrue(count.find(), wiped);
+            assertTrue(Integer.parseInt(count.group(1)) >= 2, "at least the new topic and the default one: " + wiped);
+            String route = Tools.mqadmin("topicRoute", "-t", topic);
+            assertTrue(route.contains("\"perm\":4"), route);
+
+            DefaultMQProducer fresh = Compat.producer();
+            try {
+                Message message = new Message(topic, ("wiped").getBytes(UTF_8));
+                Exception refused = null;
+                try {
+                    fresh.send(message);
+                } catch (Exception e) {
+                    refused = e;
+                }
+                assertTrue(refused != null, "a send to a broker without write permission fails");
+            } finally {
+                fresh.shutdown();
+            }
+            // The broker registers again every few seconds in the test setup; the wipe stays.
+            Thread.sleep(Duration.ofSeconds(Compat.REGISTER_INTERVAL_S + 2).toMillis());
+            route = Tools.mqadmin("topicRoute", "-t", topic);
+            assertTrue(route.contains("\"perm\":4"), "still wiped after a registration: " + route);
+        } finally {
+            String added = Tools.mqadmin("addWritePerm", "-b", "broker-a");
+            assertTrue(added.matches("(?s).*add write perm of broker\\[broker-a\\] in name server\\[[^]]+\\] OK, \\d+.*"), added);
+        }
+        String route = Tools.mqadmin("topicRoute", "-t", topic);
+        assertTrue(route.contains("\"perm\":6"), route);
+        DefaultMQProducer fresh = Compat.producer();
+        try {
+            SendResult result = fresh.send(new Message(topic, ("after").getBytes(UTF_8)));
+            assertEquals("SEND_OK", result.getSendStatus().name());
+        } finally {
+            fresh.shutdown();
+        }
+    }
+
     @Test
     void topicCommandsShowTheTopicItsQueuesAndItsMessages() throws Exception {
         String topic = Compat.unique("admin");
