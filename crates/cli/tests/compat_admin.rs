@@ -389,3 +389,51 @@ fn a_deleted_topic_is_gone_and_its_name_starts_again_empty_across_a_crash() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].body, Bytes::from("new 1"));
 }
+
+/// GET_TOPICS_BY_CLUSTER and GET_SYSTEM_TOPIC_LIST_FROM_NS, which admin tools built on
+/// RocketMQ's MQAdminExt send to the name server.
+#[test]
+fn the_name_server_lists_topics_by_cluster_and_its_system_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiver = up(dir.path());
+    let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
+    client.create_topic("Listed", 2).unwrap();
+    wait_for_route(quiver.namesrv(), "Listed");
+    let mut namesrv = WireClient::connect(quiver.namesrv(), Encoding::Json).unwrap();
+    let by_cluster = |namesrv: &mut WireClient, cluster: &str| {
+        let response = namesrv
+            .call(
+                Command::request(request_code::GET_TOPICS_BY_CLUSTER, Encoding::Json)
+                    .with_ext(ExtFields::new().with("cluster", cluster)),
+            )
+            .unwrap();
+        assert_eq!(response.code, response_code::SUCCESS, "{response:?}");
+        body::from_json::<body::TopicList>(&response.body)
+            .unwrap()
+            .topic_list
+    };
+    assert!(by_cluster(&mut namesrv, "DefaultCluster").contains(&"Listed".to_string()));
+    assert!(by_cluster(&mut namesrv, "NoSuchCluster").is_empty());
+
+    let missing = namesrv
+        .call(Command::request(
+            request_code::GET_TOPICS_BY_CLUSTER,
+            Encoding::Json,
+        ))
+        .unwrap();
+    assert_eq!(missing.code, response_code::SYSTEM_ERROR);
+
+    let response = namesrv
+        .call(Command::request(
+            request_code::GET_SYSTEM_TOPIC_LIST_FROM_NS,
+            Encoding::Json,
+        ))
+        .unwrap();
+    assert_eq!(response.code, response_code::SUCCESS);
+    let system = body::from_json::<body::TopicList>(&response.body).unwrap();
+    assert_eq!(system.topic_list, vec!["DefaultCluster", "broker-a"]);
+    assert_eq!(
+        system.broker_addr.as_deref(),
+        Some(quiver.broker().to_string().as_str())
+    );
+}
