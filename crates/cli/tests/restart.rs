@@ -175,15 +175,30 @@ fn offsets_committed_until_the_stop_survive_it() {
 }
 
 /// A stop asked for while the store recovers does not kill the process halfway: recovery
-/// finishes, the broker closes the store, and the next start is a clean one.
+/// finishes, the broker closes the store, and the next start is a clean one. The checkpoint is
+/// swapped for a FIFO holding the same bytes, so recovery blocks on reading it until the test
+/// has sent SIGTERM: the signal lands during recovery every time.
 #[test]
 fn sigterm_during_recovery_stops_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let mut quiver = up(dir.path());
     let mut client = WireClient::connect(quiver.broker(), Encoding::Json).unwrap();
     client.create_topic("Recovering", QUEUES).unwrap();
-    send_many(&quiver, "Recovering", 2_000, "before");
+    let sent = send_many(&quiver, "Recovering", 2_000, "before");
+    let checkpoint_path = dir.path().join("checkpoint");
+    let checkpoint = quiver_testkit::wait_until(Duration::from_secs(10), || {
+        std::fs::read(&checkpoint_path)
+            .ok()
+            .filter(|c| !c.is_empty())
+    })
+    .expect("the broker writes a checkpoint");
     quiver.kill9().unwrap();
+    std::fs::remove_file(&checkpoint_path).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&checkpoint_path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", checkpoint_path.display());
 
     let log_path = dir.path().join("quiver.log");
     let logged_before = std::fs::read_to_string(&log_path).unwrap_or_default().len();
@@ -200,7 +215,6 @@ fn sigterm_during_recovery_stops_cleanly() {
         .env("QUIVER_LOG", "info")
         .spawn()
         .unwrap();
-    // SIGTERM as soon as the broker says it opens the store, that is, while it recovers.
     let opening = quiver_testkit::wait_until(Duration::from_secs(20), || {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
         log[logged_before..]
@@ -209,16 +223,28 @@ fn sigterm_during_recovery_stops_cleanly() {
     });
     assert!(opening.is_some(), "the broker logs that it opens the store");
     quiver_testkit::terminate_pid(child.id()).unwrap();
+    // Give the signal time to arrive, then let recovery read the checkpoint and go on.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&checkpoint_path, &checkpoint).unwrap();
     let status = child.wait().unwrap();
     let log = std::fs::read_to_string(&log_path).unwrap();
+    let this_run = &log[logged_before..];
     assert!(
         status.success(),
-        "a clean exit, not death by signal: {status:?}\n{}",
-        &log[logged_before..]
+        "a clean exit, not death by signal: {status:?}\n{this_run}"
+    );
+    assert!(
+        this_run.contains("stop requested while starting"),
+        "the stop was seen once the store was open:\n{this_run}"
     );
     assert!(
         !dir.path().join("abort").exists(),
         "the store was closed cleanly"
+    );
+    let after = std::fs::metadata(&checkpoint_path).unwrap();
+    assert!(
+        after.is_file(),
+        "the closing store replaced the FIFO with a checkpoint file"
     );
 
     let quiver = up(dir.path());
@@ -228,6 +254,7 @@ fn sigterm_during_recovery_stops_cleanly() {
         !last_start.contains("unclean stop"),
         "the start after the stop is a clean one:\n{last_start}"
     );
+    assert_all_readable(&quiver, "Recovering", &sent);
 }
 
 #[test]
