@@ -36,6 +36,8 @@ pub struct AppendJob {
 /// Completions waiting for an fsync that reaches `end_position` (sync flush).
 pub struct SyncBatch {
     pub end_position: u64,
+    /// `Shared::fsync_failures` before the group was written.
+    pub failures_before: u64,
     pub deadline: Instant,
     pub completions: Vec<(AppendDone, AppendOutcome)>,
 }
@@ -212,8 +214,9 @@ impl Appender {
             }
             return;
         }
+        let failures_before = self.shared.fsync_failures.load(Ordering::Acquire);
         match self.write_group(group) {
-            Ok(outcomes) => self.publish_and_complete(group, outcomes),
+            Ok(outcomes) => self.publish_and_complete(group, outcomes, failures_before),
             Err(e) => {
                 self.rollback();
                 let error = error_of(&e);
@@ -445,7 +448,12 @@ impl Appender {
         }
     }
 
-    fn publish_and_complete(&mut self, group: &mut Vec<AppendJob>, outcomes: Vec<Vec<Appended>>) {
+    fn publish_and_complete(
+        &mut self,
+        group: &mut Vec<AppendJob>,
+        outcomes: Vec<Vec<Appended>>,
+        failures_before: u64,
+    ) {
         let shared = &self.shared;
         let bytes = self.buf.len() as u64;
         let messages: usize = outcomes.iter().map(Vec::len).sum();
@@ -489,6 +497,7 @@ impl Appender {
             }
             Some(timeout) => self.unsynced.push(SyncBatch {
                 end_position: self.position,
+                failures_before,
                 deadline: Instant::now() + timeout,
                 completions: jobs
                     .map(|(job, entries)| {

@@ -328,10 +328,16 @@ impl ConsumeQueue {
     }
 
     /// Writes the tail to the file and fsyncs the files holding entries written since the
-    /// last call.
+    /// last call, published or not: the appender publishes a queue's max offset only after the
+    /// CommitLog's written position, which the checkpoint reads first and then vouches for.
     pub fn flush(&self) -> io::Result<()> {
-        let max = self.max_offset.load(Ordering::Acquire);
-        self.write_out(&mut self.tail())?;
+        let published = self.max_offset.load(Ordering::Acquire);
+        let written = {
+            let mut tail = self.tail();
+            self.write_out(&mut tail)?;
+            tail.first
+        };
+        let max = published.max(written);
         let flushed = self.flushed_offset.load(Ordering::Acquire);
         if flushed >= max {
             return Ok(());
@@ -492,6 +498,10 @@ impl ConsumeQueue {
         self.min_offset.store(min_offset, Ordering::Release);
         self.max_offset.store(max_offset, Ordering::Release);
         self.flushed_offset.store(0, Ordering::Release);
+        drop(files);
+        // The tail (empty since the write above) continues at the new end, not past dropped
+        // entries: `flush` counts what it holds as written.
+        self.tail().first = max_offset;
         Ok(dropped)
     }
 }

@@ -53,14 +53,16 @@ pub fn run_async(shared: Arc<Shared>, stop: Receiver<()>, interval_ms: u64, leas
 }
 
 /// One group commit: fsyncs the CommitLog up to the highest position in `batches`, then
-/// completes them all (as `TimedOut` past their deadline or when the fsync failed: written,
-/// durability unknown). Leaves `batches` empty.
+/// completes them all (as `TimedOut` past their deadline, when the fsync failed, or when any
+/// CommitLog fsync failed since the batch was written: written, durability unknown). Leaves
+/// `batches` empty.
 pub fn complete_synced(shared: &Shared, batches: &mut Vec<SyncBatch>) {
     let target = batches.iter().map(|b| b.end_position).max().unwrap_or(0);
     let flushed = shared.flush_commitlog(target).is_ok();
+    let failures = shared.fsync_failures.load(Ordering::Acquire);
     let now = Instant::now();
     for batch in batches.drain(..) {
-        let flush = if flushed && now <= batch.deadline {
+        let flush = if flushed && now <= batch.deadline && batch.failures_before == failures {
             FlushStatus::Ok
         } else {
             FlushStatus::TimedOut

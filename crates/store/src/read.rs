@@ -106,7 +106,8 @@ pub fn read(
             break;
         }
         let entry = Entry::decode(raw);
-        let oversized = entry.size > shared.config.record_bytes_max;
+        // Bounded by the segment, not by `record_bytes_max`, which limits appends only.
+        let oversized = u64::from(entry.size) > shared.config.segment_bytes;
         if oversized && skipped.is_none() {
             // Larger than any record: reading it would only cost memory.
             let at = offset + i as u64;
@@ -125,7 +126,7 @@ pub fn read(
                 break;
             }
             match &mut run {
-                Some(r) if r.start + r.bytes == entry.position => {
+                Some(r) if r.start.checked_add(r.bytes) == Some(entry.position) => {
                     r.bytes += u64::from(entry.size);
                 }
                 _ => {
@@ -194,12 +195,25 @@ fn read_run(
     let segment_bytes = shared.config.segment_bytes;
     let cached = matches!(segment_cache, Some((base, _)) if *base <= run.start && run.start < *base + segment_bytes);
     if !cached {
-        *segment_cache = Some(
-            shared
-                .segments
-                .find(run.start)
-                .ok_or(ReadError::NoRecord(run.start))?,
-        );
+        match shared.segments.find(run.start) {
+            Some(found) => *segment_cache = Some(found),
+            // Retention removed the segment after this read began: the caller's next read
+            // finds the queue's minimum raised.
+            None if run.start < shared.min_position.load(Ordering::Acquire) => {
+                return Err(ReadError::NoRecord(run.start));
+            }
+            // A damaged entry: skipped like the others, or its consumer would retry it forever.
+            None => {
+                return Ok(Some(Damage {
+                    record: run.first,
+                    error: ReadError::Corrupt {
+                        path: shared.config.commitlog_dir.display().to_string(),
+                        position: run.start,
+                        reason: "ConsumeQueue entry points where no segment is".to_string(),
+                    },
+                }));
+            }
+        }
     }
     let (base, file) = segment_cache
         .as_ref()
@@ -224,8 +238,18 @@ fn read_run(
     }
     let at = out.len();
     out.resize(at + run.bytes as usize, 0);
-    file.read_exact_at(&mut out[at..], run.start - base)
-        .map_err(|e| ReadError::io(&path, &e))?;
+    match file.read_exact_at(&mut out[at..], run.start - base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            out.truncate(at);
+            return Ok(damage(
+                run.first,
+                run.start,
+                "ConsumeQueue entry points past the end of the segment file".to_string(),
+            ));
+        }
+        Err(e) => return Err(ReadError::io(&path, &e)),
+    }
     // A cheap check that the entries and the log agree; the CRC is left to the consumer.
     let mut record_at = at;
     let mut position = run.start;
@@ -332,7 +356,7 @@ pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError>
     let total = record::read_i32(&head, 0).unwrap_or(-1);
     let magic = record::read_i32(&head, 4).unwrap_or(0);
     let fits = total >= RECORD_BYTES_MIN as i32
-        && total as u32 <= shared.config.record_bytes_max
+        && total as u64 <= shared.config.segment_bytes
         && position + total as u64 <= written;
     if !record::is_record_magic(magic) || !fits {
         return Err(ReadError::NoRecord(position));

@@ -234,6 +234,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         messages_appended: AtomicU64::new(0),
         bytes_appended: AtomicU64::new(0),
         fsync_failed_from: AtomicU64::new(u64::MAX),
+        fsync_failures: AtomicU64::new(0),
         commitlog_fsyncs: AtomicU64::new(0),
         checkpoint: Mutex::new(Checkpoint::default()),
         config,
@@ -626,7 +627,7 @@ impl Scan<'_> {
                     if self.check(reader, base, position)?.is_ok() {
                         return Ok(Some(position));
                     }
-                    // Each refusal may have checked a body CRC over up to record_bytes_max
+                    // Each refusal may have checked a body CRC over up to a segment's
                     // bytes; only a file made to look like records everywhere gets here often.
                     refused += 1;
                     if refused == CANDIDATES_REFUSED_MAX {
@@ -671,7 +672,9 @@ impl Scan<'_> {
         if !record::is_record_magic(magic) {
             return Ok(Err(Step::Invalid(format!("bad MAGIC {magic:#x}"))));
         }
-        if total < RECORD_BYTES_MIN as i32 || total as u32 > self.config.record_bytes_max {
+        // Not bounded by `record_bytes_max`: that limits appends, and lowering it must not turn
+        // records stored under a higher one into damage. A record must fit in its segment.
+        if total < RECORD_BYTES_MIN as i32 {
             return Ok(Err(Step::Invalid(format!("bad TOTALSIZE {total}"))));
         }
         let total = total as u64;

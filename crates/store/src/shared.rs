@@ -38,6 +38,11 @@ pub struct Shared {
     /// Linux may drop the pages a failed writeback held and report the next fsync as a
     /// success, so the checkpoint never passes this: recovery rescans from before it.
     pub fsync_failed_from: AtomicU64,
+    /// How many CommitLog fsyncs have failed, whoever ran them. A group written before a
+    /// failure is never acknowledged as flushed after it: the failed writeback may have held its
+    /// pages, and the fsync that reported the error (perhaps another caller's) was the only one
+    /// that would.
+    pub fsync_failures: AtomicU64,
     pub min_position: AtomicU64,
     pub queues: RwLock<QueueMap>,
     pub index: Index,
@@ -92,6 +97,7 @@ impl Shared {
         }
         if let Err(e) = self.segments.sync_range(flushed, target) {
             self.fsync_failed_from.fetch_min(flushed, Ordering::AcqRel);
+            self.fsync_failures.fetch_add(1, Ordering::AcqRel);
             return Err(e);
         }
         self.commitlog_fsyncs.fetch_add(1, Ordering::Relaxed);

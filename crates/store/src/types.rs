@@ -25,7 +25,8 @@ pub struct StoreConfig {
     pub index_entries_max: u32,
     /// Capacity of the appender's request queue; a full queue answers `Busy`.
     pub append_queue_requests_max: usize,
-    /// Largest whole record accepted.
+    /// Largest whole record an append accepts. Stored records are judged by the segment size
+    /// instead: lowering this (maxMessageSize) must not hide or cut what was stored before.
     pub record_bytes_max: u32,
     /// A hard cap on the CommitLog's live bytes (written position minus min position):
     /// appends past it fail with `DiskFull` until retention frees segments. `u64::MAX` for

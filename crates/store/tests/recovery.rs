@@ -567,3 +567,78 @@ fn an_entry_with_an_impossible_size_is_skipped_and_reported() {
         .collect();
     assert_eq!(read_queue(&store, 0), expected_in_queue(&kept, 0));
 }
+
+/// maxMessageSize limits sends, not what is stored: a store reopened with a lower limit, after
+/// a crash, still serves and keeps a record written under the higher one.
+#[test]
+fn a_lower_record_limit_after_a_crash_keeps_larger_records_already_stored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let small = fill(&store, 3);
+    let body = vec![b'L'; 2_000];
+    let large = record(Spec {
+        topic: "T",
+        queue_id: 0,
+        body: &body,
+        ..Spec::default()
+    });
+    let appended = append(&store, vec![large.clone()]).expect("append").entries[0];
+    drop(store);
+    assert!(dir.path().join("abort").exists());
+
+    let mut lower = small_config(dir.path());
+    lower.record_bytes_max = 1_024;
+    let (store, report) = Store::open(lower).expect("reopen");
+    assert!(report.crashed);
+    assert_eq!(report.truncated_bytes, 0, "nothing cut");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(
+        store
+            .read_record(appended.position)
+            .expect("the large record"),
+        stored(&large, appended.queue_offset, appended.position)
+    );
+    let mut written = small;
+    written.push((large, appended));
+    assert_all_readable(&store, &written);
+    // New appends are held to the new limit.
+    assert!(append(&store, vec![simple("T", 0, &body)]).is_err());
+}
+
+/// A ConsumeQueue entry that points where no segment is is skipped as damage like any other:
+/// an error there would make its consumer retry the same offset forever.
+#[test]
+fn a_consume_queue_entry_pointing_nowhere_is_skipped_not_failed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(small_config(dir.path())).expect("open");
+    let written = fill(&store, 30);
+    store.close().expect("close");
+    drop(store);
+    // `fill` sends record i to queue i % 3: queue 0's offset 1 is record 3.
+    let damaged = &written[3].1;
+    assert_eq!(damaged.queue_offset, 1);
+    let queue_file = dir
+        .path()
+        .join("consumequeue/T/0")
+        .join(format!("{:020}", 0));
+    let file = OpenOptions::new()
+        .write(true)
+        .open(&queue_file)
+        .expect("queue file");
+    std::os::unix::fs::FileExt::write_all_at(&file, &(1u64 << 40).to_be_bytes(), 20)
+        .expect("damage the entry");
+    drop(file);
+
+    let (store, _) = Store::open(small_config(dir.path())).expect("reopen");
+    let at_damage = store
+        .read("T", 0, 1, 16, 1 << 20, &accept_all)
+        .expect("a read at the damaged entry answers");
+    assert!(at_damage.next_offset > 1, "the read moved past offset 1");
+    let kept: Vec<_> = written
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3)
+        .map(|(_, w)| w.clone())
+        .collect();
+    assert_all_readable(&store, &kept);
+}
