@@ -121,10 +121,7 @@ fn unregister_broker(call: &Call, request: &Command) -> Result<Command, HeaderEr
 fn broker_heartbeat(call: &Call, request: &Command) -> Result<Command, HeaderError> {
     // Liveness only: registration carries the topics, so a heartbeat from an unknown broker
     // changes nothing until it registers.
-    let ext = ext_or_err(request)?;
-    let addr = ext
-        .get("brokerAddr")
-        .ok_or(HeaderError::Missing("brokerAddr"))?;
+    let addr = required(request, "brokerAddr")?;
     lock(call).touch(addr, call.now_ms);
     Ok(request.response_to(response_code::SUCCESS))
 }
@@ -132,10 +129,7 @@ fn broker_heartbeat(call: &Call, request: &Command) -> Result<Command, HeaderErr
 /// Whether the broker's topic config changed since its last registration (the body is its
 /// DataVersion); a body we cannot read counts as changed, which only costs a registration.
 fn query_data_version(call: &Call, request: &Command) -> Result<Command, HeaderError> {
-    let ext = ext_or_err(request)?;
-    let addr = ext
-        .get("brokerAddr")
-        .ok_or(HeaderError::Missing("brokerAddr"))?;
+    let addr = required(request, "brokerAddr")?;
     let mut table = lock(call);
     table.touch(addr, call.now_ms);
     let changed = match body::from_json::<DataVersion>(&request.body) {
@@ -147,16 +141,16 @@ fn query_data_version(call: &Call, request: &Command) -> Result<Command, HeaderE
         .with_ext(ExtFields::new().with("changed", changed)))
 }
 
-fn broker_name(request: &Command) -> Result<&str, HeaderError> {
-    let name = ext_or_err(request)?
-        .get("brokerName")
-        .ok_or(HeaderError::Missing("brokerName"))?;
-    Ok(name)
+/// A header field the request must carry.
+fn required<'a>(request: &'a Command, field: &'static str) -> Result<&'a str, HeaderError> {
+    ext_or_err(request)?
+        .get(field)
+        .ok_or(HeaderError::Missing(field))
 }
 
 /// `mqadmin wipeWritePerm`: answers how many topics lost their write permission.
 fn wipe_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError> {
-    let name = broker_name(request)?;
+    let name = required(request, "brokerName")?;
     let count = lock(call).wipe_write_perm(name);
     tracing::info!(broker = name, topics = count, "write permission wiped");
     Ok(request
@@ -166,7 +160,7 @@ fn wipe_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderErro
 
 /// `mqadmin addWritePerm`: answers how many topics got read and write permission back.
 fn add_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError> {
-    let name = broker_name(request)?;
+    let name = required(request, "brokerName")?;
     let count = lock(call).add_write_perm(name);
     tracing::info!(broker = name, topics = count, "write permission added");
     Ok(request
@@ -175,9 +169,7 @@ fn add_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError
 }
 
 fn topics_by_cluster(call: &Call, request: &Command) -> Result<Command, HeaderError> {
-    let cluster = ext_or_err(request)?
-        .get("cluster")
-        .ok_or(HeaderError::Missing("cluster"))?;
+    let cluster = required(request, "cluster")?;
     let list = lock(call).topics_by_cluster(cluster);
     Ok(request
         .response_to(response_code::SUCCESS)

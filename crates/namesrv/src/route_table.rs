@@ -409,12 +409,16 @@ mod tests {
         }
     }
 
-    fn versioned(mut registration: Registration, counter: i64) -> Registration {
-        registration.data_version = Some(DataVersion {
+    fn version(counter: i64) -> DataVersion {
+        DataVersion {
             counter,
             state_version: 0,
             timestamp: 1_700_000_000_000,
-        });
+        }
+    }
+
+    fn versioned(mut registration: Registration, counter: i64) -> Registration {
+        registration.data_version = Some(version(counter));
         registration
     }
 
@@ -456,12 +460,7 @@ mod tests {
             None,
             30,
         );
-        assert!(!table.data_version_changed(
-            "127.0.0.1:1",
-            &versioned(registration("a", "", &[]), 1)
-                .data_version
-                .unwrap()
-        ));
+        assert!(!table.data_version_changed("127.0.0.1:1", &version(1)));
         assert_eq!(perm(&table, "U"), PERM_READ);
         // ...but still adds a topic this broker did not serve here.
         let more = [("T", 4), ("U", 2), ("V", 1)];
@@ -481,12 +480,7 @@ mod tests {
             None,
             50,
         );
-        assert!(table.data_version_changed(
-            "127.0.0.1:1",
-            &versioned(registration("a", "", &[]), 1)
-                .data_version
-                .unwrap()
-        ));
+        assert!(table.data_version_changed("127.0.0.1:1", &version(1)));
         assert_eq!(perm(&table, "U"), PERM_READ | PERM_WRITE);
     }
 
