@@ -150,22 +150,31 @@ fn required<'a>(request: &'a Command, field: &'static str) -> Result<&'a str, He
 
 /// `mqadmin wipeWritePerm`: answers how many topics lost their write permission.
 fn wipe_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError> {
-    let name = required(request, "brokerName")?;
-    let count = lock(call).wipe_write_perm(name);
-    tracing::info!(broker = name, topics = count, "write permission wiped");
-    Ok(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new().with("wipeTopicCount", count)))
+    change_write_perm(call, request, RouteTable::wipe_write_perm, "wipeTopicCount")
 }
 
 /// `mqadmin addWritePerm`: answers how many topics got read and write permission back.
 fn add_write_perm(call: &Call, request: &Command) -> Result<Command, HeaderError> {
+    change_write_perm(call, request, RouteTable::add_write_perm, "addTopicCount")
+}
+
+fn change_write_perm(
+    call: &Call,
+    request: &Command,
+    change: fn(&mut RouteTable, &str) -> usize,
+    count_field: &'static str,
+) -> Result<Command, HeaderError> {
     let name = required(request, "brokerName")?;
-    let count = lock(call).add_write_perm(name);
-    tracing::info!(broker = name, topics = count, "write permission added");
+    let count = change(&mut lock(call), name);
+    tracing::info!(
+        broker = name,
+        topics = count,
+        answer = count_field,
+        "write permission changed"
+    );
     Ok(request
         .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new().with("addTopicCount", count)))
+        .with_ext(ExtFields::new().with(count_field, count)))
 }
 
 fn topics_by_cluster(call: &Call, request: &Command) -> Result<Command, HeaderError> {
