@@ -217,6 +217,9 @@ impl Index {
         file.set_len(file_bytes(self.slots, self.entries_max))?;
         let header = Header::empty();
         file.write_all_at(&header.encode(), 0)?;
+        // The file's own fsyncs do not make its name durable, and a checkpoint past its entries
+        // would otherwise outlive it after a power loss: recovery would not index them again.
+        crate::checkpoint::sync_parent_dir(&path)?;
         let file = Arc::new(IndexFile {
             path,
             file,
