@@ -128,6 +128,11 @@ impl Broker {
         (self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.max(1) as u32) as i32
     }
 
+    /// Whether sends are answered only once an fsync covers them.
+    pub fn sync_flush(&self) -> bool {
+        self.sync_flush
+    }
+
     /// Writes the sends queued in the store as one group, on the caller's thread: a
     /// page-cache write is short, and no other thread needs waking. With sync flush the caller
     /// then runs one fdatasync for everything written so far too, unless another caller is
