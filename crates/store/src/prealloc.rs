@@ -187,3 +187,81 @@ pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment of `segment_bytes` with its preallocation, in a fresh directory.
+    fn segment(dir: &std::path::Path) -> (PathBuf, Arc<File>, Preallocation) {
+        let path = dir.join("00000000000000000000");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let file = Arc::new(file);
+        let preallocation = Preallocation::new(0, Some(Arc::clone(&file)), 0);
+        (path, file, preallocation)
+    }
+
+    #[test]
+    fn fills_zeros_ahead_in_chunks_and_never_over_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file, preallocation) = segment(dir.path());
+        // Not a whole number of chunks or pages: the last fill is short.
+        let segment_bytes = 2 * CHUNK_BYTES + 1000;
+        let zeros = vec![0u8; ZERO_WRITE_BYTES as usize];
+        let path_of = |_: u64| path.clone();
+
+        let data = vec![7u8; 1500];
+        preallocation.write(0, &file, 0, &data).unwrap();
+        assert!(preallocation
+            .fill_once(1500, segment_bytes, &zeros, &path_of)
+            .unwrap());
+        assert_eq!(file.metadata().unwrap().len(), 1500 + CHUNK_BYTES);
+        assert_eq!(
+            preallocation.zeroed_end.load(Ordering::Acquire),
+            1500 + CHUNK_BYTES
+        );
+
+        // Below the zeroed end the appender writes without the lock; later fills leave it be.
+        preallocation.write(0, &file, 1500, &data).unwrap();
+        while preallocation
+            .fill_once(3000, segment_bytes, &zeros, &path_of)
+            .unwrap()
+        {}
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, segment_bytes);
+        assert!(bytes[..3000].iter().all(|&b| b == 7));
+        assert!(bytes[3000..].iter().all(|&b| b == 0));
+        assert_eq!(
+            preallocation.zeroed_end.load(Ordering::Acquire),
+            segment_bytes
+        );
+    }
+
+    #[test]
+    fn a_rollback_cuts_the_zeros_and_filling_resumes_from_the_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file, preallocation) = segment(dir.path());
+        let zeros = vec![0u8; ZERO_WRITE_BYTES as usize];
+        let path_of = |_: u64| path.clone();
+        preallocation.write(0, &file, 0, &[9u8; 100]).unwrap();
+        assert!(preallocation
+            .fill_once(100, 8 * CHUNK_BYTES, &zeros, &path_of)
+            .unwrap());
+
+        preallocation.truncate(0, &file, 60).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 60);
+        assert_eq!(preallocation.zeroed_end.load(Ordering::Acquire), 60);
+        assert!(preallocation
+            .fill_once(60, 8 * CHUNK_BYTES, &zeros, &path_of)
+            .unwrap());
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, 60 + CHUNK_BYTES);
+        assert!(bytes[..60].iter().all(|&b| b == 9));
+        assert!(bytes[60..].iter().all(|&b| b == 0));
+    }
+}
