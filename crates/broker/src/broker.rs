@@ -128,11 +128,6 @@ impl Broker {
         (self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.max(1) as u32) as i32
     }
 
-    /// Whether sends are answered only once an fsync covers them.
-    pub fn sync_flush(&self) -> bool {
-        self.sync_flush
-    }
-
     /// Writes the sends queued in the store as one group, on the caller's thread: a
     /// page-cache write is short, and no other thread needs waking. With sync flush the caller
     /// then runs one fdatasync for everything written so far too, unless another caller is
@@ -146,6 +141,18 @@ impl Broker {
         } else {
             self.store.write_queued();
         }
+    }
+
+    /// `write_queued_sends` at the end of a connection's read. With sync flush the group is
+    /// written at once but fsynced after one yield: every other connection whose input is
+    /// ready in this scheduler turn writes its group meanwhile, and one fdatasync then covers
+    /// them all instead of one each (and none waits for the store's sync thread).
+    pub async fn write_read_sends(&self) {
+        if self.sync_flush {
+            self.store.write_queued();
+            tokio::task::yield_now().await;
+        }
+        self.write_queued_sends();
     }
 
     /// A UNIQ_KEY for messages whose producer did not set one.

@@ -173,14 +173,7 @@ async fn serve_connection(
             );
         }
         // The sends of one read were only queued (see handler::send): one group for them all.
-        if broker.sync_flush() {
-            // Written now, fsynced after a yield: every other connection whose input is ready
-            // in this scheduler turn writes its group meanwhile, and one fdatasync then covers
-            // them all instead of one each (and none waits for the store's sync thread).
-            broker.store.write_queued();
-            tokio::task::yield_now().await;
-        }
-        broker.write_queued_sends();
+        broker.write_read_sends().await;
         // Let the writer send this read's answers before the next read is handled: woken from
         // here it waits in this worker's next-task slot, where no other worker can take it,
         // until this task yields, and reading on while more input is ready would hold the

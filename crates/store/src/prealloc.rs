@@ -192,7 +192,7 @@ pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
 mod tests {
     use super::*;
 
-    /// A segment of `segment_bytes` with its preallocation, in a fresh directory.
+    /// An empty segment at base 0 in `dir`, with its preallocation.
     fn segment(dir: &std::path::Path) -> (PathBuf, Arc<File>, Preallocation) {
         let path = dir.join("00000000000000000000");
         let file = OpenOptions::new()
