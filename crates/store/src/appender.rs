@@ -19,7 +19,7 @@ use crate::index::KeyEntry;
 use crate::record::{self, BLANK_BYTES};
 use crate::shared::Shared;
 use crate::types::{
-    AppendDone, AppendError, AppendOutcome, AppendRequest, Appended, FlushStatus, StoreConfig,
+    Append, AppendDone, AppendError, AppendOutcome, Appended, FlushStatus, StoreConfig,
 };
 
 /// A group stops taking requests past this many bytes, so its buffer stays bounded even when
@@ -27,11 +27,6 @@ use crate::types::{
 const GROUP_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Linux ENOSPC.
 const ENOSPC: i32 = 28;
-
-pub struct AppendJob {
-    pub request: AppendRequest,
-    pub done: AppendDone,
-}
 
 /// Completions waiting for an fsync that reaches `end_position` (sync flush).
 pub struct SyncBatch {
@@ -53,7 +48,7 @@ pub fn valid_topic(topic: &str) -> bool {
 
 /// Checks a request on the caller's thread, so the appender only copies bytes.
 /// Returns the request's total size.
-pub fn validate(request: &AppendRequest, config: &StoreConfig) -> Result<usize, AppendError> {
+pub fn validate(request: &Append, config: &StoreConfig) -> Result<usize, AppendError> {
     if request.records.is_empty() {
         return Err(AppendError::Malformed("empty batch".to_string()));
     }
@@ -128,7 +123,7 @@ pub struct Appender {
     /// With sync flush: written groups whose completions wait for an fsync.
     unsynced: Vec<SyncBatch>,
     /// The group being written; its allocation is reused from turn to turn.
-    group: Vec<AppendJob>,
+    group: Vec<Append>,
     /// Next byte to write; equals the published written position between groups.
     position: u64,
     segment_base: u64,
@@ -172,7 +167,7 @@ impl Appender {
 
     /// Writes every job in `waiting` (left empty, its allocation swapped in for reuse), in
     /// groups of at most `GROUP_BYTES_MAX`, and completes them.
-    pub fn append_all(&mut self, waiting: &mut Vec<AppendJob>) {
+    pub fn append_all(&mut self, waiting: &mut Vec<Append>) {
         let mut group = std::mem::take(&mut self.group);
         std::mem::swap(&mut group, waiting);
         let mut rest = Vec::new();
@@ -200,7 +195,7 @@ impl Appender {
         into.append(&mut self.unsynced);
     }
 
-    fn process(&mut self, group: &mut Vec<AppendJob>) {
+    fn process(&mut self, group: &mut Vec<Append>) {
         if let Some(reason) = &self.broken {
             let error = AppendError::Io(reason.clone());
             for job in group.drain(..) {
@@ -229,7 +224,7 @@ impl Appender {
 
     /// The configured cap on live CommitLog bytes, checked before anything is written; a
     /// group that would cross it fails whole (counting a possible end marker and roll).
-    fn over_cap(&self, group: &[AppendJob]) -> Option<AppendError> {
+    fn over_cap(&self, group: &[Append]) -> Option<AppendError> {
         let cap_bytes = self.shared.config.commitlog_bytes_max;
         if cap_bytes == u64::MAX {
             return None;
@@ -293,7 +288,7 @@ impl Appender {
 
     /// Lays out and writes the group; returns each request's entries and leaves `position`
     /// and the segment unchanged until the caller publishes.
-    fn write_group(&mut self, group: &[AppendJob]) -> io::Result<Vec<Vec<Appended>>> {
+    fn write_group(&mut self, group: &[Append]) -> io::Result<Vec<Vec<Appended>>> {
         let segment_bytes = self.shared.config.segment_bytes;
         self.buf.clear();
         self.chunks.clear();
@@ -304,7 +299,6 @@ impl Appender {
         let mut outcomes = Vec::with_capacity(group.len());
         for job in group {
             let total: u64 = job
-                .request
                 .records
                 .iter()
                 .map(|r| r.bytes.len() as u64)
@@ -322,8 +316,8 @@ impl Appender {
                 base += segment_bytes;
                 position = base;
             }
-            let mut entries = Vec::with_capacity(job.request.records.len());
-            for r in &job.request.records {
+            let mut entries = Vec::with_capacity(job.records.len());
+            for r in &job.records {
                 let w = self.writer_index(&r.topic, r.queue_id)?;
                 let writer = &mut self.writers[w];
                 let offset = writer.next_offset;
@@ -450,7 +444,7 @@ impl Appender {
 
     fn publish_and_complete(
         &mut self,
-        group: &mut Vec<AppendJob>,
+        group: &mut Vec<Append>,
         outcomes: Vec<Vec<Appended>>,
         failures_before: u64,
     ) {
@@ -515,8 +509,8 @@ impl Appender {
     }
 }
 
-fn job_bytes(job: &AppendJob) -> usize {
-    job.request.records.iter().map(|r| r.bytes.len()).sum()
+fn job_bytes(job: &Append) -> usize {
+    job.records.iter().map(|r| r.bytes.len()).sum()
 }
 
 const _: () = assert!(ENTRY_BYTES == 20);

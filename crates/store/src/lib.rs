@@ -30,16 +30,32 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use types::{
-    AppendDone, AppendError, AppendOutcome, AppendRequest, Appended, Boundary, DeleteTopicError,
+    Append, AppendDone, AppendError, AppendOutcome, Appended, Boundary, DeleteTopicError,
     FlushMode, FlushStatus, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus, Record,
     RecoveryReport, StoreConfig, StoreStats, TopicDeletion,
 };
 
-use appender::{AppendJob, Appender};
+use appender::Appender;
 use group_commit::GroupCommit;
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
 pub use shared::ArrivalListener;
 use shared::Shared;
+
+/// With sync flush, the group commit for what one `Store::append` wrote: the fdatasync that
+/// completes those sends runs when this is dropped (or is left to a thread running one
+/// already, which looks again when done). With async flush it does nothing.
+#[must_use = "with sync flush the sends complete only once their commit runs; drop it soon"]
+pub struct Commit<'a> {
+    inner: Option<&'a Inner>,
+}
+
+impl Drop for Commit<'_> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner {
+            inner.write_and_commit();
+        }
+    }
+}
 
 /// The store. Cheap to clone (Arc inside); Send + Sync.
 #[derive(Clone)]
@@ -52,6 +68,7 @@ struct Inner {
     /// Requests waiting for the appender.
     queue: Mutex<Queue>,
     queue_capacity: usize,
+    sync_flush: bool,
     /// The one writer. Whoever takes it writes everything queued, its own request and other
     /// callers' alike (flat combining), so appends need no thread of their own and no
     /// hand-off between threads; callers that find it taken leave their request to the holder.
@@ -65,7 +82,7 @@ struct Inner {
 }
 
 struct Queue {
-    jobs: Vec<AppendJob>,
+    jobs: Vec<Append>,
     open: bool,
 }
 
@@ -80,11 +97,37 @@ impl Inner {
         relock(self.queue.lock())
     }
 
-    /// Writes everything queued unless another thread is already at it; see `Store::drain`.
-    /// With sync flush, then fsyncs for what was written, unless another thread is at that.
-    fn drain(&self) {
+    /// Queues `appends` for the appender; refuses (and completes) the ones it cannot take.
+    fn queue_all(&self, appends: Vec<Append>) {
+        let mut refused = Vec::new();
+        {
+            let mut queue = self.queue();
+            for append in appends {
+                if let Err(error) = appender::validate(&append, &self.shared.config) {
+                    refused.push((error, append.done));
+                } else if !queue.open {
+                    refused.push((AppendError::Closed, append.done));
+                } else if queue.jobs.len() >= self.queue_capacity {
+                    let queued_requests = queue.jobs.len();
+                    refused.push((AppendError::Busy { queued_requests }, append.done));
+                } else {
+                    queue.jobs.push(append);
+                }
+            }
+        }
+        // Outside the lock: callbacks never run under the queue lock.
+        for (error, done) in refused {
+            done(Err(error));
+        }
+    }
+
+    /// Writes everything queued, then (with sync flush) runs one group commit for what is
+    /// written, unless another thread is at either.
+    fn write_and_commit(&self) {
         self.write_queued();
-        self.group_commit.commit_once();
+        if self.sync_flush {
+            self.group_commit.commit_once();
+        }
     }
 
     /// Writes everything queued unless another thread is already at it.
@@ -297,6 +340,7 @@ impl Store {
                     open: true,
                 }),
                 queue_capacity: queue_capacity.max(1),
+                sync_flush: sync.is_some(),
                 appender: Mutex::new(appender),
                 group_commit,
                 stops: Mutex::new(stops),
@@ -307,50 +351,22 @@ impl Store {
         Ok((store, report))
     }
 
-    /// Queues the request and writes the queue unless another thread is writing it already
-    /// (which then writes this request too). `done` runs once the request is written (with
-    /// sync flush: once an fsync covers it), on whichever thread wrote (or synced) it, or
-    /// inline for a refused request (Busy when the queue is full, Closed).
-    pub fn append(&self, request: AppendRequest, done: AppendDone) {
-        self.enqueue(request, done);
-        self.drain();
-    }
-
-    /// Queues the request without writing it: the caller promises a `drain` soon after, so
-    /// that requests arriving together (one socket read's worth) form one group.
-    pub fn enqueue(&self, request: AppendRequest, done: AppendDone) {
-        if let Err(e) = appender::validate(&request, &self.inner.shared.config) {
-            return done(Err(e));
-        }
-        let refused = {
-            let mut queue = self.inner.queue();
-            if !queue.open {
-                Some((AppendError::Closed, done))
-            } else if queue.jobs.len() >= self.inner.queue_capacity {
-                let queued_requests = queue.jobs.len();
-                Some((AppendError::Busy { queued_requests }, done))
-            } else {
-                queue.jobs.push(AppendJob { request, done });
-                None
-            }
-        };
-        // Outside the lock: callbacks never run under the queue lock.
-        if let Some((error, done)) = refused {
-            done(Err(error));
-        }
-    }
-
-    /// Writes every queued request, unless another thread is doing so already; in that case
-    /// it returns at once and that thread writes them. With sync flush it then fsyncs for
-    /// what was written, unless another thread is doing that. Completions run here or there.
-    pub fn drain(&self) {
-        self.inner.drain();
-    }
-
-    /// Writes every queued request like `drain`, but leaves the fsync (with sync flush) to a
-    /// later `drain`, which may run on another thread meanwhile: the caller goes on at once.
-    pub fn write_queued(&self) {
+    /// The one way to write records: writes every request in `appends`, with whatever other
+    /// callers have queued, as one group, unless another thread is writing already (which then
+    /// writes these too: flat combining). Each request's `done` runs once its records are
+    /// durable under the flush mode: with async flush as soon as they are written, with sync
+    /// flush once an fdatasync covers them. It runs on whichever thread wrote (or synced) the
+    /// request, or here for a refused one (invalid, `Busy` when the queue is full, `Closed`).
+    ///
+    /// With sync flush the returned `Commit` runs that fdatasync when it is dropped, so a
+    /// caller may hold it for a moment (across one yield) to let other writers add their groups
+    /// to the same fdatasync. Holding it longer only delays these sends.
+    pub fn append(&self, appends: Vec<Append>) -> Commit<'_> {
+        self.inner.queue_all(appends);
         self.inner.write_queued();
+        Commit {
+            inner: self.inner.sync_flush.then_some(&*self.inner),
+        }
     }
 
     /// Reads up to `max_messages` / `max_bytes` (at least one message if any matches) starting
@@ -446,7 +462,7 @@ impl Store {
         let result = delete_topic_locked(&inner.shared, &mut relock(inner.appender.lock()), topic);
         // Sends that others queued while this held the appender were left to the holder: write
         // them (and, with sync flush, fsync them) as any holder does after letting go.
-        inner.drain();
+        inner.write_and_commit();
         result
     }
 

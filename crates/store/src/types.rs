@@ -95,10 +95,13 @@ pub struct Record {
     pub bytes: Vec<u8>,
 }
 
-/// A batch: stored contiguously, with consecutive offsets per queue.
-#[derive(Clone, Debug, Default)]
-pub struct AppendRequest {
+/// One request's records, stored contiguously with consecutive offsets per queue, and what to
+/// do once they are durable.
+pub struct Append {
     pub records: Vec<Record>,
+    /// Runs once the records are durable under the flush mode (see `Store::append`), or with
+    /// the reason they were not written.
+    pub done: AppendDone,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

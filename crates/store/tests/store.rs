@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use common::*;
 use quiver_store::record::tags_code;
 use quiver_store::{
-    AppendError, AppendRequest, Boundary, FlushMode, FlushStatus, OpenError, ReadError, ReadStatus,
+    AppendError, Append, Boundary, FlushMode, FlushStatus, OpenError, ReadError, ReadStatus,
     Store,
 };
 
@@ -368,23 +368,21 @@ fn a_full_queue_answers_busy_and_close_answers_closed() {
         let _ = release_rx.lock().expect("lock").recv_timeout(WAIT);
     }));
     let (done_tx, done_rx) = mpsc::channel();
-    let request = || AppendRequest {
+    let request = |tx: mpsc::Sender<_>| Append {
         records: vec![simple("T", 0, b"x")],
-    };
-    let reply = |tx: mpsc::Sender<_>| -> quiver_store::AppendDone {
-        Box::new(move |r| {
+        done: Box::new(move |r| {
             let _ = tx.send(r);
-        })
+        }),
     };
     let writer = {
-        let (store, done) = (store.clone(), reply(done_tx.clone()));
-        std::thread::spawn(move || store.append(request(), done))
+        let (store, first) = (store.clone(), request(done_tx.clone()));
+        std::thread::spawn(move || drop(store.append(vec![first])))
     };
     entered_rx
         .recv_timeout(WAIT)
         .expect("the first append is being written");
     for _ in 0..2 {
-        store.append(request(), reply(done_tx.clone()));
+        drop(store.append(vec![request(done_tx.clone())]));
     }
     // First is in the listener, second waits in the queue, third is refused.
     let busy = done_rx.recv_timeout(WAIT).expect("busy");
@@ -444,27 +442,28 @@ fn sync_flush_acknowledges_after_an_fsync_and_shares_fsyncs() {
 }
 
 #[test]
-fn write_queued_leaves_sync_acks_to_the_next_drain() {
+fn requests_appended_together_are_acknowledged_by_one_fsync_once_their_commit_drops() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open_sync(dir.path());
     let (done_tx, done_rx) = mpsc::channel();
-    for queue_id in 0..3 {
-        let tx = done_tx.clone();
-        store.enqueue(
-            AppendRequest {
+    let appends = (0..3)
+        .map(|queue_id| {
+            let tx = done_tx.clone();
+            Append {
                 records: vec![simple("T", queue_id, b"queued")],
-            },
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-    }
-    store.write_queued();
+                done: Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            }
+        })
+        .collect();
+    let fsyncs_before = store.commitlog_fsyncs();
+    let commit = store.append(appends);
     // Written (readable) but not acknowledged: no fsync has covered them yet.
     assert_eq!(store.bounds("T", 2).max_offset, 1);
     assert!(done_rx.try_recv().is_err());
-    let fsyncs_before = store.commitlog_fsyncs();
-    store.drain();
+    assert_eq!(store.commitlog_fsyncs(), fsyncs_before);
+    drop(commit);
     for _ in 0..3 {
         let outcome = done_rx.recv_timeout(WAIT).expect("ack").expect("ok");
         assert_eq!(outcome.flush, FlushStatus::Ok);
@@ -527,28 +526,24 @@ fn a_group_written_during_a_commit_is_acknowledged_by_the_sync_thread() {
     let (done_tx, done_rx) = mpsc::channel();
     let during = store.clone();
     let first_tx = done_tx.clone();
-    store.enqueue(
-        AppendRequest {
-            records: vec![simple("T", 0, b"first")],
-        },
-        Box::new(move |result| {
-            // Runs on the committing thread while its commit is still under way: the drain
+    let first = Append {
+        records: vec![simple("T", 0, b"first")],
+        done: Box::new(move |result| {
+            // Runs on the committing thread while its commit is still under way: the commit
             // below finds it so and leaves the new group to it.
             let second_tx = first_tx.clone();
-            during.enqueue(
-                AppendRequest {
-                    records: vec![simple("T", 1, b"second")],
-                },
-                Box::new(move |result| {
+            let second = Append {
+                records: vec![simple("T", 1, b"second")],
+                done: Box::new(move |result| {
                     let thread = std::thread::current().name().map(String::from);
                     let _ = second_tx.send(("second", result, thread));
                 }),
-            );
-            during.drain();
+            };
+            drop(during.append(vec![second]));
             let _ = first_tx.send(("first", result, None));
         }),
-    );
-    store.drain();
+    };
+    drop(store.append(vec![first]));
     let (name, first, _) = done_rx.recv_timeout(WAIT).expect("first ack");
     assert_eq!(name, "first");
     assert_eq!(first.expect("ok").flush, FlushStatus::Ok);
@@ -577,26 +572,22 @@ fn a_completion_that_drops_the_last_handle_closes_the_store_without_hanging() {
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (dropped_tx, dropped_rx) = mpsc::channel();
     let during = store.clone();
-    store.enqueue(
-        AppendRequest {
-            records: vec![simple("T", 0, b"first")],
-        },
-        Box::new(move |_| {
+    let first = Append {
+        records: vec![simple("T", 0, b"first")],
+        done: Box::new(move |_| {
             // Left to the sync thread; its completion holds the last handle to the store.
             let last = (during.clone(), DropSignal(dropped_tx));
-            during.enqueue(
-                AppendRequest {
-                    records: vec![simple("T", 1, b"second")],
-                },
-                Box::new(move |_| {
+            let second = Append {
+                records: vec![simple("T", 1, b"second")],
+                done: Box::new(move |_| {
                     let _last = last;
                     let _ = go_rx.recv_timeout(WAIT);
                 }),
-            );
-            during.drain();
+            };
+            drop(during.append(vec![second]));
         }),
-    );
-    store.drain();
+    };
+    drop(store.append(vec![first]));
     drop(store);
     go_tx.send(()).expect("the second completion waits");
     assert_eq!(

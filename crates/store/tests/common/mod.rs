@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use quiver_store::record::{self, RecordBuilder};
 use quiver_store::{
-    AppendError, AppendOutcome, AppendRequest, Appended, FlushMode, ReadStatus, Record, Store,
+    AppendError, AppendOutcome, Append, Appended, FlushMode, ReadStatus, Record, Store,
     StoreConfig,
 };
 
@@ -94,12 +94,10 @@ pub fn simple(topic: &str, queue_id: u32, body: &[u8]) -> Record {
 
 pub fn append(store: &Store, records: Vec<Record>) -> Result<AppendOutcome, AppendError> {
     let (tx, rx) = mpsc::channel();
-    store.append(
-        AppendRequest { records },
-        Box::new(move |result| {
-            let _ = tx.send(result);
-        }),
-    );
+    let done = Box::new(move |result| {
+        let _ = tx.send(result);
+    });
+    drop(store.append(vec![Append { records, done }]));
     rx.recv_timeout(WAIT).expect("append completes")
 }
 
