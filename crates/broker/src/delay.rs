@@ -18,9 +18,10 @@ use quiver_wire::message::{find_property, property, StoredMessage};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::broker::{now_ms, Broker};
+use crate::clock::now_ms;
 use crate::persist;
-use crate::requeue;
+use crate::state::Broker;
+use crate::stored;
 
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 /// RocketMQ's default `messageDelayLevel`: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
@@ -99,13 +100,13 @@ pub fn level_of(delay: Option<&str>, levels: &[u64]) -> Option<usize> {
 /// Returns the delivery time, which RocketMQ stores as the ConsumeQueue tag code.
 pub fn schedule(message: &mut StoredMessage, level: usize, levels: &[u64]) -> i64 {
     let mut properties =
-        requeue::with_property(&message.properties, property::REAL_TOPIC, &message.topic);
-    properties = requeue::with_property(
+        stored::with_property(&message.properties, property::REAL_TOPIC, &message.topic);
+    properties = stored::with_property(
         &properties,
         property::REAL_QID,
         &message.queue_id.to_string(),
     );
-    properties = requeue::with_property(&properties, property::DELAY, &level.to_string());
+    properties = stored::with_property(&properties, property::DELAY, &level.to_string());
     message.properties = properties;
     message.topic = SCHEDULE_TOPIC.to_string();
     message.queue_id = level as i32 - 1;
@@ -173,9 +174,7 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        for level in 1..=broker.config.delay_levels_ms.len() {
-            deliver_due(&broker, level).await;
-        }
+        deliver_due(&broker, now_ms()).await;
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
             persist(&broker).await;
@@ -192,7 +191,14 @@ async fn persist(broker: &Arc<Broker>) {
     }
 }
 
-async fn deliver_due(broker: &Broker, level: usize) {
+/// Moves every level's messages due at `now_ms` to their real topics.
+pub async fn deliver_due(broker: &Broker, now_ms: i64) {
+    for level in 1..=broker.config.delay_levels_ms.len() {
+        deliver_level(broker, level, now_ms).await;
+    }
+}
+
+async fn deliver_level(broker: &Broker, level: usize, now_ms: i64) {
     let queue_id = level as u32 - 1;
     let offset = broker.delay_offsets.get(level);
     let bounds = broker.store.bounds(SCHEDULE_TOPIC, queue_id);
@@ -223,14 +229,14 @@ async fn deliver_due(broker: &Broker, level: usize) {
         }
         return;
     }
-    let (records, next) = due_records(broker, level, &read.bytes, offset);
+    let (records, next) = due_records(broker, level, &read.bytes, offset, now_ms);
     if records.is_empty() {
         if next != offset {
             broker.delay_offsets.set(level, next);
         }
         return;
     }
-    match requeue::append(&broker.store, records).await {
+    match stored::append(&broker.store, records).await {
         Ok(_) => broker.delay_offsets.set(level, next),
         Err(error) => {
             tracing::warn!(level, %error, "delivering delayed messages failed; will retry")
@@ -240,9 +246,14 @@ async fn deliver_due(broker: &Broker, level: usize) {
 
 /// The due messages at the front of a read, rebuilt for their real topic, and the offset after
 /// the last one taken.
-fn due_records(broker: &Broker, level: usize, bytes: &[u8], offset: u64) -> (Vec<Record>, u64) {
+fn due_records(
+    broker: &Broker,
+    level: usize,
+    bytes: &[u8],
+    offset: u64,
+    now: i64,
+) -> (Vec<Record>, u64) {
     let delay_ms = broker.config.delay_levels_ms[level - 1] as i64;
-    let now = now_ms();
     let mut records = Vec::new();
     let mut next = offset;
     let mut rest = bytes;
@@ -259,7 +270,7 @@ fn due_records(broker: &Broker, level: usize, bytes: &[u8], offset: u64) -> (Vec
             break;
         }
         next = message.queue_offset as u64 + 1;
-        match real_message(message, broker, now).and_then(|m| requeue::record_of(&m)) {
+        match real_message(message, broker, now).and_then(|m| stored::record_of(&m)) {
             Ok(record) => records.push(record),
             Err(error) => {
                 tracing::error!(level, %error, "delayed message dropped: cannot rebuild it")
@@ -281,7 +292,7 @@ fn real_message(
         .property(property::REAL_QID)
         .and_then(|q| q.parse().ok())
         .ok_or("no REAL_QID property")?;
-    message.properties = requeue::without_property(&message.properties, property::DELAY);
+    message.properties = stored::without_property(&message.properties, property::DELAY);
     message.topic = topic;
     message.queue_id = queue_id;
     message.store_timestamp = now;

@@ -1,25 +1,31 @@
 //! The broker: accepts RocketMQ clients, stores what they send, serves what they pull, and
 //! registers with the name servers.
 //!
-//! `server` moves frames between sockets and `handler`; handlers use the owners of each piece of
-//! state: the store, `topic::TopicTable`, `offsets::ConsumerOffsets`, `clients::ClientTable`,
-//! `long_poll::PullWaiters`, `locks::QueueLocks` and `delay::DelayOffsets` (whose task moves
-//! delayed messages to their topic when due).
+//! Dependencies point one way: `start` (start-up and shutdown) runs `server` (sockets and
+//! connections), which passes each request to `handler` (one table of functions), which uses
+//! `state::Broker`: the owners of each piece of state, namely the store, `topic::TopicTable`,
+//! `offsets::ConsumerOffsets`, `clients::ClientTable`, `long_poll::PullWaiters`,
+//! `locks::QueueLocks` and `delay::DelayOffsets` (whose task moves delayed messages to their
+//! topic when due). Nothing below `start` depends on it.
 
-pub mod broker;
 pub mod clients;
+mod clock;
 pub mod config;
 pub mod connection;
 pub mod delay;
-mod handler;
+pub mod handler;
 pub mod locks;
 pub mod long_poll;
 pub mod offsets;
 mod outbound;
 mod persist;
-mod requeue;
+mod registration;
 pub mod server;
+mod start;
+pub mod state;
+mod stored;
 pub mod topic;
 
-pub use broker::{start, Broker, RunningBroker, StartError};
 pub use config::{BrokerConfig, BrokerRole, ConfigError, UnknownKey};
+pub use start::{start, RunningBroker, StartError};
+pub use state::{Broker, Persisted, StateError};

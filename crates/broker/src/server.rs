@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use quiver_store::{Append, FlushMode};
 use quiver_wire::code::response_code;
 use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,9 +16,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::connection::{Connection, Outgoing, Responder};
-use crate::handler;
+use crate::handler::{self, Call, Reply};
+use crate::state::Broker;
 
 /// A connection with no frame for this long is closed: Java clients heartbeat every 30 s.
 const IDLE_TIMEOUT_MS: u64 = 120_000;
@@ -127,13 +129,17 @@ async fn serve_connection(
     let mut input = BytesMut::with_capacity(READ_SPACE_MIN);
     let mut read_space = READ_SPACE_MIN;
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
+    let sync_flush = matches!(broker.config.flush, FlushMode::Sync { .. });
+    // The records of one read's sends, written as one group once the read is dispatched.
+    let mut appends = Vec::new();
     let result = loop {
+        let mut now_ms = now_ms();
         loop {
             let request = match decode_frame(&mut input) {
                 Ok(Some(request)) => request,
                 Ok(None) => break,
                 Err(error) => {
-                    broker.write_queued_sends();
+                    drop(broker.store.append(std::mem::take(&mut appends)));
                     tracing::warn!(peer = %connection.peer, %error, "closing connection: malformed frame");
                     return Ok(());
                 }
@@ -145,8 +151,8 @@ async fn serve_connection(
             let permit = match in_flight.clone().try_acquire_owned() {
                 Ok(permit) => permit,
                 Err(_) => {
-                    // Answers free permits, and the sends queued so far wait to be written.
-                    broker.write_queued_sends();
+                    // Answers free permits, and the sends read so far wait to be written.
+                    drop(broker.store.append(std::mem::take(&mut appends)));
                     // A peer that reads none of its answers for the idle timeout is given up,
                     // as one that sends nothing is: it must not hold a connection slot forever.
                     let wait = tokio::time::timeout(idle, in_flight.clone().acquire_owned());
@@ -156,7 +162,10 @@ async fn serve_connection(
                         acquired = wait => acquired,
                     };
                     match acquired {
-                        Ok(Ok(permit)) => permit,
+                        Ok(Ok(permit)) => {
+                            now_ms = self::now_ms();
+                            permit
+                        }
                         Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
                         Err(_) => {
                             tracing::debug!(peer = %connection.peer, "closing connection: answers unread for the idle timeout");
@@ -165,15 +174,24 @@ async fn serve_connection(
                     }
                 }
             };
-            let oneway = request.is_oneway();
-            handler::dispatch(
+            let responder = Responder::new(connection.clone(), request.is_oneway(), permit);
+            let call = Call {
                 broker,
-                request,
-                Responder::new(connection.clone(), oneway, permit),
-            );
+                connection: &connection,
+                now_ms,
+            };
+            match handler::dispatch(&call, &request) {
+                Reply::Now(response) => responder.reply(response),
+                Reply::Append { records, answer } => appends.push(Append {
+                    records,
+                    done: Box::new(move |result| responder.reply(answer(result))),
+                }),
+                Reply::Wait(answer) => {
+                    tokio::spawn(async move { responder.reply(answer.await) });
+                }
+            }
         }
-        // The sends of one read were only queued (see handler::send): one group for them all.
-        broker.write_read_sends().await;
+        write_read_appends(broker, std::mem::take(&mut appends), sync_flush).await;
         // Let the writer send this read's answers before the next read is handled: woken from
         // here it waits in this worker's next-task slot, where no other worker can take it,
         // until this task yields, and reading on while more input is ready would hold the
@@ -215,6 +233,25 @@ async fn serve_connection(
         }
     };
     result
+}
+
+/// Writes the sends of one read as one group. Writing on the reader's own thread costs no
+/// wake-up: a page-cache write is short. With sync flush the group is written at once but its
+/// fdatasync runs after one yield: every other connection whose input is ready in this
+/// scheduler turn writes its group meanwhile, and one fdatasync then covers them all instead
+/// of one each. Handing the fsync to a task of its own cost a wake-up and a scheduling delay on
+/// every group (bench/results/2026-11-22-sync-flush-yield-and-page-zeros.md).
+async fn write_read_appends(broker: &Broker, appends: Vec<Append>, sync_flush: bool) {
+    // With async flush an empty read has nothing to do: whoever holds the appender writes
+    // everything queued before letting go.
+    if appends.is_empty() && !sync_flush {
+        return;
+    }
+    let commit = broker.store.append(appends);
+    if sync_flush {
+        tokio::task::yield_now().await;
+    }
+    drop(commit);
 }
 
 /// Reads and drops input until the client closes, for at most `CLOSE_LINGER_MS`.

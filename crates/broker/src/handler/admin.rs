@@ -11,16 +11,15 @@ use quiver_wire::header::{
 };
 use quiver_wire::Command;
 
-use super::{Handled, Refusal};
-use crate::broker::{now_ms, Broker};
-use crate::connection::Connection;
+use super::{answer, Call, Handled, Refusal};
 use crate::topic::{is_system_topic, validate_topic_name};
 
 /// Queue counts above this are almost surely a typo; Java has no limit, but every queue costs a
 /// ConsumeQueue directory and a pull loop per consumer.
 const TOPIC_QUEUES_MAX: i32 = 1024;
 
-pub fn create_topic(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn create_topic(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = CreateTopicRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_topic_name(&header.topic)
         .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
@@ -56,14 +55,15 @@ pub fn create_topic(broker: &Broker, request: &Command, _: &Connection) -> Handl
         tracing::info!(topic = %header.topic, queues = header.write_queue_nums, "topic created or updated");
         broker.topics_changed();
     }
-    Ok(request.response_to(response_code::SUCCESS))
+    answer(request.response_to(response_code::SUCCESS))
 }
 
 /// DELETE_TOPIC_IN_BROKER (215), as RocketMQ answers it: the topic's configuration, its
 /// consumer offsets and its ConsumeQueues go. Its records stay in the CommitLog until retention
 /// and are never served again, also when the topic is created anew (its offsets then start at
 /// 0, as in RocketMQ). The name server keeps the route until it is told (mqadmin does both).
-pub fn delete_topic(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn delete_topic(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = DeleteTopicRequestHeader::from_ext(ext_or_err(request)?)?;
     let topic = header.topic.as_str();
     if topic.trim().is_empty() {
@@ -105,16 +105,17 @@ pub fn delete_topic(broker: &Broker, request: &Command, _: &Connection) -> Handl
         position = deletion.position,
         "topic deleted"
     );
-    Ok(request.response_to(response_code::SUCCESS))
+    answer(request.response_to(response_code::SUCCESS))
 }
 
 /// The figures `mqadmin clusterList` and `brokerStatus` print.
-pub fn runtime_info(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn runtime_info(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let stats = broker.store.stats();
     let put_total = broker.counters.messages_put.load(Ordering::Relaxed);
     let got_total = broker.counters.messages_got.load(Ordering::Relaxed);
     let (put_tps, got_tps) = broker.counters.tps();
-    let uptime_s = (now_ms() - broker.started_ms).max(0) / 1000;
+    let uptime_s = (call.now_ms - broker.started_ms).max(0) / 1000;
     let (producers, consumers) = broker.clients.counts();
     let mut table = BTreeMap::new();
     let mut put = |key: &str, value: String| {
@@ -161,13 +162,14 @@ pub fn runtime_info(broker: &Broker, request: &Command, _: &Connection) -> Handl
         ),
     );
     let body = body::to_json(&KvTable { table });
-    Ok(request.response_to(response_code::SUCCESS).with_body(body))
+    answer(request.response_to(response_code::SUCCESS).with_body(body))
 }
 
 /// The configuration in effect as `key=value` lines, the body `mqadmin getBrokerConfig` reads
 /// with java.util.Properties. The `version` header is the configuration's data version: it
 /// never changes while the broker runs, so it counts 0 since the start.
-pub fn broker_config(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn broker_config(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let text: String = broker
         .config
         .properties(broker.store_host.port())
@@ -178,7 +180,7 @@ pub fn broker_config(broker: &Broker, request: &Command, _: &Connection) -> Hand
         "{{\"counter\":0,\"stateVersion\":0,\"timestamp\":{}}}",
         broker.started_ms
     );
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_ext(quiver_wire::ExtFields::new().with("version", version))
         .with_body(text.into_bytes()))
@@ -213,7 +215,8 @@ fn properties_escape(value: &str) -> String {
     out
 }
 
-pub fn topic_consumed_by(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn topic_consumed_by(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = QueryTopicConsumeByWhoHeader::from_ext(ext_or_err(request)?)?;
     let mut group_list: std::collections::BTreeSet<String> = broker
         .offsets
@@ -221,7 +224,7 @@ pub fn topic_consumed_by(broker: &Broker, request: &Command, _: &Connection) -> 
         .into_iter()
         .collect();
     group_list.extend(broker.clients.groups_subscribed_to(&header.topic));
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_body(body::to_json(&GroupList { group_list })))
 }

@@ -7,15 +7,15 @@ use quiver_wire::header::{
 };
 use quiver_wire::{Command, ExtFields};
 
-use super::{Handled, Refusal};
-use crate::broker::{now_ms, Broker};
-use crate::connection::Connection;
+use super::{answer, Call, Handled, Refusal};
 use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 
 /// Registers the client's groups and subscriptions, creates each clustering consumer group's
 /// retry topic (the consumer looks up its route next), and tells a group's members when its
 /// membership changed.
-pub fn heartbeat(broker: &Broker, request: &Command, connection: &Connection) -> Handled {
+pub fn heartbeat(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
+    let connection = call.connection;
     let data: HeartbeatData = body::from_json(&request.body).map_err(|e| {
         Refusal::new(
             response_code::SYSTEM_ERROR,
@@ -41,16 +41,18 @@ pub fn heartbeat(broker: &Broker, request: &Command, connection: &Connection) ->
     if topics_created {
         broker.topics_changed();
     }
-    for group in broker.clients.heartbeat(connection, data, now_ms()) {
+    for group in broker.clients.heartbeat(connection, data, call.now_ms) {
         broker.notify_consumers_changed(&group);
     }
     let ext = ExtFields::new()
         .with("IS_SUPPORT_HEART_BEAT_V2", false)
         .with("IS_SUB_CHANGE", true);
-    Ok(request.response_to(response_code::SUCCESS).with_ext(ext))
+    answer(request.response_to(response_code::SUCCESS).with_ext(ext))
 }
 
-pub fn unregister(broker: &Broker, request: &Command, connection: &Connection) -> Handled {
+pub fn unregister(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
+    let connection = call.connection;
     let header = UnregisterClientRequestHeader::from_ext(ext_or_err(request)?)?;
     let changed = broker.clients.unregister(
         connection.id,
@@ -61,12 +63,13 @@ pub fn unregister(broker: &Broker, request: &Command, connection: &Connection) -
     for group in changed {
         broker.notify_consumers_changed(&group);
     }
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_ext(ExtFields::new()))
 }
 
-pub fn consumer_list(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn consumer_list(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = GetConsumerListByGroupRequestHeader::from_ext(ext_or_err(request)?)?;
     let ids = broker.clients.consumer_ids(&header.consumer_group);
     if ids.is_empty() {
@@ -76,5 +79,5 @@ pub fn consumer_list(broker: &Broker, request: &Command, _: &Connection) -> Hand
     let body = body::to_json(&ConsumerIdList {
         consumer_id_list: ids,
     });
-    Ok(request.response_to(response_code::SUCCESS).with_body(body))
+    answer(request.response_to(response_code::SUCCESS).with_body(body))
 }

@@ -4,9 +4,7 @@ use quiver_wire::body::{self, LockBatchRequestBody, LockBatchResponseBody};
 use quiver_wire::code::response_code;
 use quiver_wire::Command;
 
-use super::{Handled, Refusal};
-use crate::broker::{now_ms, Broker};
-use crate::connection::Connection;
+use super::{answer, Call, Handled, Refusal};
 
 /// Queues per request at most; a consumer asks for the queues of its topics on one broker.
 const QUEUES_PER_REQUEST_MAX: usize = 65_536;
@@ -24,24 +22,26 @@ fn parse(request: &Command) -> Result<LockBatchRequestBody, Refusal> {
     Ok(parsed)
 }
 
-pub fn lock_batch(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn lock_batch(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let parsed = parse(request)?;
     let granted = broker.locks.lock(
         &parsed.consumer_group,
         &parsed.client_id,
         &parsed.mq_set,
-        now_ms(),
+        call.now_ms,
     );
     let body = body::to_json(&LockBatchResponseBody {
         lock_ok_mq_set: granted,
     });
-    Ok(request.response_to(response_code::SUCCESS).with_body(body))
+    answer(request.response_to(response_code::SUCCESS).with_body(body))
 }
 
-pub fn unlock_batch(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn unlock_batch(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let parsed = parse(request)?;
     broker
         .locks
         .unlock(&parsed.consumer_group, &parsed.client_id, &parsed.mq_set);
-    Ok(request.response_to(response_code::SUCCESS))
+    answer(request.response_to(response_code::SUCCESS))
 }

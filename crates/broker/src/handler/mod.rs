@@ -1,15 +1,21 @@
-//! Request handlers, one file per family, found through one table. A handler is a function of
-//! the request and the broker that returns the response; send and pull answer later (after the
-//! store or a long poll), so they take the responder instead.
+//! Request handlers, one file per family, found through one table. Every handler has one
+//! shape: `fn(&Call, &Command) -> Result<Reply, Refusal>`. The `Call` carries what a handler
+//! may touch (the broker's state and the connection the request came on) and the time; the
+//! `Reply` is the answer now, or work whose completion answers later: records for the store
+//! (a send) or a wait (a parked pull). The connection layer carries the work out and writes
+//! the answer; no handler writes to a socket.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use quiver_store::{AppendError, AppendOutcome, Record};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::HeaderError;
 use quiver_wire::Command;
 
-use crate::broker::Broker;
-use crate::connection::{Connection, Responder};
+use crate::connection::Connection;
+use crate::state::Broker;
 use crate::topic::PERM_WRITE;
 
 mod admin;
@@ -21,6 +27,31 @@ mod query;
 mod retry;
 mod send;
 mod stats;
+
+/// What a handler may touch, and the time the request is handled at.
+pub struct Call<'a> {
+    pub broker: &'a Arc<Broker>,
+    pub connection: &'a Connection,
+    pub now_ms: i64,
+}
+
+/// Turns the store's outcome for a `Reply::Append` into the answer.
+pub type AnswerAppend = Box<dyn FnOnce(Result<AppendOutcome, AppendError>) -> Command + Send>;
+
+/// What a handler returns.
+pub enum Reply {
+    /// The answer, now.
+    Now(Command),
+    /// Records to write with the rest of the connection's read (one group); the answer comes
+    /// once they are durable under the flush mode.
+    Append {
+        records: Vec<Record>,
+        answer: AnswerAppend,
+    },
+    /// The answer comes when this completes: a pull parked until a message lands on its queue
+    /// or its suspend time runs out.
+    Wait(Pin<Box<dyn Future<Output = Command> + Send>>),
+}
 
 /// Why a request was refused: a response code and the remark that explains it.
 #[derive(Debug)]
@@ -70,12 +101,15 @@ fn topic_writable(topic: &str, perm: i32) -> Result<(), Refusal> {
     Ok(())
 }
 
-pub type Handled = Result<Command, Refusal>;
-type Handler = fn(&Broker, &Command, &Connection) -> Handled;
+pub type Handled = Result<Reply, Refusal>;
+type Handler = fn(&Call, &Command) -> Handled;
 
 fn handler_for(code: i32) -> Option<Handler> {
     use request_code::*;
     Some(match code {
+        SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => send::send,
+        PULL_MESSAGE | LITE_PULL_MESSAGE => pull::pull,
+        CONSUMER_SEND_MSG_BACK => retry::send_back,
         HEART_BEAT => client::heartbeat,
         UNREGISTER_CLIENT => client::unregister,
         GET_CONSUMER_LIST_BY_GROUP => client::consumer_list,
@@ -101,24 +135,21 @@ fn handler_for(code: i32) -> Option<Handler> {
     })
 }
 
-pub fn dispatch(broker: &Arc<Broker>, request: Command, responder: Responder) {
-    match request.code {
-        request_code::SEND_MESSAGE
-        | request_code::SEND_MESSAGE_V2
-        | request_code::SEND_BATCH_MESSAGE => send::handle(broker, request, responder),
-        request_code::PULL_MESSAGE | request_code::LITE_PULL_MESSAGE => {
-            pull::handle(broker, request, responder)
-        }
-        request_code::CONSUMER_SEND_MSG_BACK => retry::handle(broker, request, responder),
-        code => {
-            let response = match handler_for(code) {
-                Some(handler) => handler(broker, &request, responder.connection())
-                    .unwrap_or_else(|refusal| refusal.into_response(&request)),
-                None => request
-                    .response_to(response_code::REQUEST_CODE_NOT_SUPPORTED)
-                    .with_remark(format!("request type {code} not supported")),
-            };
-            responder.reply(response);
-        }
-    }
+/// The reply to `request`: its handler's, a refusal turned into its answer, or
+/// REQUEST_CODE_NOT_SUPPORTED for a code no handler takes.
+pub fn dispatch(call: &Call, request: &Command) -> Reply {
+    let Some(handler) = handler_for(request.code) else {
+        let remark = format!("request type {} not supported", request.code);
+        return Reply::Now(
+            request
+                .response_to(response_code::REQUEST_CODE_NOT_SUPPORTED)
+                .with_remark(remark),
+        );
+    };
+    handler(call, request).unwrap_or_else(|refusal| Reply::Now(refusal.into_response(request)))
+}
+
+/// A handler's answer now.
+fn answer(response: Command) -> Handled {
+    Ok(Reply::Now(response))
 }

@@ -9,9 +9,7 @@ use quiver_wire::header::{
 };
 use quiver_wire::{Command, ExtFields};
 
-use super::{Handled, Refusal};
-use crate::broker::Broker;
-use crate::connection::Connection;
+use super::{answer, Call, Handled, Refusal};
 use crate::topic::validate_group_name;
 
 fn queue_id(id: i32) -> Result<u32, Refusal> {
@@ -35,20 +33,22 @@ fn offset_response(request: &Command, offset: u64) -> Command {
 /// No stored offset is QUERY_NOT_FOUND: the client then starts where its consume-from policy
 /// says. (Java answers 0 instead when the queue still holds offset 0 in memory; we keep the
 /// documented meaning of CONSUME_FROM_LAST_OFFSET.)
-pub fn query_consumer_offset(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn query_consumer_offset(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = QueryConsumerOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     match broker
         .offsets
         .get(&header.topic, &header.consumer_group, header.queue_id)
     {
-        Some(offset) => Ok(offset_response(request, offset.max(0) as u64)),
-        None => Ok(request
+        Some(offset) => answer(offset_response(request, offset.max(0) as u64)),
+        None => answer(request
             .response_to(response_code::QUERY_NOT_FOUND)
             .with_remark("Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")),
     }
 }
 
-pub fn update_consumer_offset(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = UpdateConsumerOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_group_name(&header.consumer_group)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
@@ -72,28 +72,31 @@ pub fn update_consumer_offset(broker: &Broker, request: &Command, _: &Connection
         header.queue_id,
         header.commit_offset,
     );
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_ext(ExtFields::new()))
 }
 
-pub fn max_offset(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn max_offset(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let bounds = broker
         .store
         .bounds(&header.topic, queue_id(header.queue_id)?);
-    Ok(offset_response(request, bounds.max_offset))
+    answer(offset_response(request, bounds.max_offset))
 }
 
-pub fn min_offset(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn min_offset(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let bounds = broker
         .store
         .bounds(&header.topic, queue_id(header.queue_id)?);
-    Ok(offset_response(request, bounds.min_offset))
+    answer(offset_response(request, bounds.min_offset))
 }
 
-pub fn search_offset_by_timestamp(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn search_offset_by_timestamp(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = SearchOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     let boundary = match header
         .boundary_type
@@ -119,10 +122,11 @@ pub fn search_offset_by_timestamp(broker: &Broker, request: &Command, _: &Connec
             boundary,
         )
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
-    Ok(offset_response(request, offset))
+    answer(offset_response(request, offset))
 }
 
-pub fn earliest_store_time(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let time = broker
         .store
@@ -131,7 +135,7 @@ pub fn earliest_store_time(broker: &Broker, request: &Command, _: &Connection) -
     let header = TimestampResponseHeader {
         timestamp: time.unwrap_or(-1),
     };
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_ext(header.to_ext()))
 }

@@ -12,10 +12,9 @@ use quiver_wire::header::{
 };
 use quiver_wire::Command;
 
-use super::Refusal;
-use crate::broker::Broker;
+use super::{Call, Handled, Refusal, Reply};
+use crate::state::Broker;
 use crate::clients::TagFilter;
-use crate::connection::Responder;
 use crate::topic::{validate_group_name, PERM_READ};
 
 /// Messages per pull at most, whatever the client asks: Java's own cap for reads from memory.
@@ -30,60 +29,51 @@ enum Outcome {
     Wait,
 }
 
-pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
-    let header = match ext_or_err(&request).and_then(PullMessageRequestHeader::from_ext) {
-        Ok(header) => header,
-        Err(error) => return responder.reply(Refusal::from(error).into_response(&request)),
-    };
-    if let Err(error) = validate_group_name(&header.consumer_group) {
-        let refusal = Refusal::new(response_code::SYSTEM_ERROR, error.to_string());
-        return responder.reply(refusal.into_response(&request));
-    }
-    match pull_once(broker, &request, &header, true) {
-        Ok(Outcome::Answer(response)) => responder.reply(response),
-        Ok(Outcome::Wait) => park(broker, request, header, responder),
-        Err(refusal) => responder.reply(refusal.into_response(&request)),
+pub fn pull(call: &Call, request: &Command) -> Handled {
+    let header = PullMessageRequestHeader::from_ext(ext_or_err(request)?)?;
+    validate_group_name(&header.consumer_group)
+        .map_err(|error| Refusal::new(response_code::SYSTEM_ERROR, error.to_string()))?;
+    match pull_once(call.broker, request, &header, true)? {
+        Outcome::Answer(response) => Ok(Reply::Now(response)),
+        Outcome::Wait => Ok(Reply::Wait(Box::pin(park(
+            call.broker.clone(),
+            request.response_to(response_code::SUCCESS),
+            header,
+        )))),
     }
 }
 
-fn park(
-    broker: &Arc<Broker>,
-    request: Command,
-    header: PullMessageRequestHeader,
-    responder: Responder,
-) {
+/// Waits for an arrival on the queue past the pulled offset (or the suspend time), then reads
+/// once more; `response` carries the request's opaque and encoding.
+async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequestHeader) -> Command {
     let offset = header.queue_offset.max(0) as u64;
     let queue_id = header.queue_id as u32;
     let wake = broker.waiters.park(&header.topic, queue_id, offset);
-    let broker = broker.clone();
     let hold = Duration::from_millis(header.suspend_timeout_millis.clamp(0, SUSPEND_MS_MAX) as u64);
-    tokio::spawn(async move {
-        // A message that landed between the first read and parking would not wake us: look once
-        // more before sleeping.
-        let already_there = broker.store.bounds(&header.topic, queue_id).max_offset > offset;
-        match (wake, already_there) {
-            (_, true) => {}
-            (Some(wake), false) => {
-                let _ = tokio::time::timeout(hold, wake).await;
-            }
-            // Too many pulls parked to be woken by arrivals: this one still waits out its
-            // time (a Java consumer told "nothing new" at once would pull again at once, in a
-            // tight loop); the connection's in-flight limit bounds how many wait so.
-            // At shutdown it is answered at once, as parked pulls are.
-            (None, false) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(hold) => {}
-                    _ = broker.waiters.until_closed() => {}
-                }
+    // A message that landed between the first read and parking would not wake us: look once
+    // more before sleeping.
+    let already_there = broker.store.bounds(&header.topic, queue_id).max_offset > offset;
+    match (wake, already_there) {
+        (_, true) => {}
+        (Some(wake), false) => {
+            let _ = tokio::time::timeout(hold, wake).await;
+        }
+        // Too many pulls parked to be woken by arrivals: this one still waits out its
+        // time (a Java consumer told "nothing new" at once would pull again at once, in a
+        // tight loop); the connection's in-flight limit bounds how many wait so.
+        // At shutdown it is answered at once, as parked pulls are.
+        (None, false) => {
+            tokio::select! {
+                _ = tokio::time::sleep(hold) => {}
+                _ = broker.waiters.until_closed() => {}
             }
         }
-        let response = match pull_once(&broker, &request, &header, false) {
-            Ok(Outcome::Answer(response)) => response,
-            Ok(Outcome::Wait) => unreachable!("a second pass never parks"),
-            Err(refusal) => refusal.into_response(&request),
-        };
-        responder.reply(response);
-    });
+    }
+    match pull_once(&broker, &response, &header, false) {
+        Ok(Outcome::Answer(answer)) => answer,
+        Ok(Outcome::Wait) => unreachable!("a second pass never parks"),
+        Err(refusal) => refusal.into_response(&response),
+    }
 }
 
 fn pull_once(

@@ -7,14 +7,13 @@ use quiver_wire::header::{
 };
 use quiver_wire::Command;
 
-use super::{Handled, Refusal};
-use crate::broker::Broker;
-use crate::connection::Connection;
+use super::{answer, Call, Handled, Refusal};
 
 /// Java's default cap on messages returned by one query.
 const QUERY_MESSAGES_MAX: i32 = 64;
 
-pub fn by_key(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn by_key(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = QueryMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     let max = header.max_num.clamp(1, QUERY_MESSAGES_MAX) as usize;
     let end_ms = if header.end_timestamp <= 0 {
@@ -41,17 +40,18 @@ pub fn by_key(broker: &Broker, request: &Command, _: &Connection) -> Handled {
     }
     let stats = broker.store.stats();
     let response_header = QueryMessageResponseHeader {
-        index_last_update_timestamp: crate::broker::now_ms(),
+        index_last_update_timestamp: call.now_ms,
         index_last_update_phyoffset: stats.written_position as i64,
     };
     let body: Vec<u8> = records.concat();
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_ext(response_header.to_ext())
         .with_body(body))
 }
 
-pub fn by_position(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn by_position(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = ViewMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     let position = u64::try_from(header.offset).map_err(|_| {
         Refusal::new(
@@ -65,7 +65,7 @@ pub fn by_position(broker: &Broker, request: &Command, _: &Connection) -> Handle
             format!("can not find message by the offset {position}: {e}"),
         )
     })?;
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_body(record))
 }

@@ -3,19 +3,15 @@
 //! by a RocketMQ delay level (3 + reconsume times unless the consumer asks for one), or in the
 //! group's dead-letter topic once the message has been retried `maxReconsumeTimes` times.
 
-use std::sync::Arc;
-
 use quiver_store::Record;
 use quiver_wire::code::response_code;
 use quiver_wire::header::{ext_or_err, ConsumerSendMsgBackRequestHeader};
 use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::Command;
 
-use super::{broker_writable, topic_writable, Refusal};
-use crate::broker::{now_ms, Broker};
-use crate::connection::Responder;
-use crate::delay;
-use crate::requeue;
+use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
+use crate::state::Broker;
+use crate::{delay, stored};
 use crate::topic::{topic_config, DLQ_PREFIX, RETRY_PREFIX};
 
 /// A group's retry budget when the consumer does not send one (RocketMQ's `retryMaxTimes`).
@@ -23,30 +19,23 @@ pub(super) const MAX_RECONSUME_TIMES_DEFAULT: i32 = 16;
 /// The first automatic retry uses level 3 (10 s with the default levels), the next 4, ...
 const FIRST_RETRY_LEVEL: i32 = 3;
 
-pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
-    let (record, destination) = match prepare(broker, &request) {
-        Ok(prepared) => prepared,
-        Err(refusal) => return responder.reply(refusal.into_response(&request)),
-    };
-    broker.store.append(
-        quiver_store::AppendRequest {
-            records: vec![record],
-        },
-        Box::new(move |result| {
-            let response = match result {
-                Ok(_) => request.response_to(response_code::SUCCESS),
-                Err(error) => request
-                    .response_to(response_code::SYSTEM_ERROR)
-                    .with_remark(format!(
-                        "storing the copy for {destination} failed: {error}"
-                    )),
-            };
-            responder.reply(response);
+pub fn send_back(call: &Call, request: &Command) -> Handled {
+    let (record, destination) = prepare(call, request)?;
+    let response = request.response_to(response_code::SUCCESS);
+    Ok(Reply::Append {
+        records: vec![record],
+        answer: Box::new(move |result| match result {
+            Ok(_) => response,
+            Err(error) => {
+                let remark = format!("storing the copy for {destination} failed: {error}");
+                response.response_to(response_code::SYSTEM_ERROR).with_remark(remark)
+            }
         }),
-    );
+    })
 }
 
-fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refusal> {
+fn prepare(call: &Call, request: &Command) -> Result<(Record, String), Refusal> {
+    let broker = call.broker;
     let header = ConsumerSendMsgBackRequestHeader::from_ext(ext_or_err(request)?)?;
     // As a send; the Java consumer then sends the retry through its producer instead.
     broker_writable(broker)?;
@@ -77,7 +66,7 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
     let mut copy = original.clone();
     let mut properties = copy.properties.clone();
     if copy.property(property::RETRY_TOPIC).is_none() {
-        properties = requeue::with_property(&properties, property::RETRY_TOPIC, &original.topic);
+        properties = stored::with_property(&properties, property::RETRY_TOPIC, &original.topic);
     }
     if copy.property(property::ORIGIN_MESSAGE_ID).is_none() {
         let origin = header
@@ -85,17 +74,17 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
             .clone()
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| original.offset_msg_id());
-        properties = requeue::with_property(&properties, property::ORIGIN_MESSAGE_ID, &origin);
+        properties = stored::with_property(&properties, property::ORIGIN_MESSAGE_ID, &origin);
     }
-    copy.properties = requeue::without_property(&properties, property::DELAY);
+    copy.properties = stored::without_property(&properties, property::DELAY);
     copy.topic = destination.clone();
     copy.queue_id = 0;
     // Producer-supplied: a stored i32::MAX must not overflow.
     copy.reconsume_times = original.reconsume_times.saturating_add(1);
-    copy.store_timestamp = now_ms();
+    copy.store_timestamp = call.now_ms;
     copy.store_host = broker.store_host;
     let record = if dead {
-        requeue::record_of(&copy)
+        stored::record_of(&copy)
     } else {
         let levels = &broker.config.delay_levels_ms;
         let asked = match header.delay_level {
@@ -104,7 +93,7 @@ fn prepare(broker: &Broker, request: &Command) -> Result<(Record, String), Refus
         };
         let level = (asked.max(1) as usize).min(levels.len());
         let deliver_ms = delay::schedule(&mut copy, level, levels);
-        requeue::record_with_tags_code(&copy, deliver_ms)
+        stored::record_with_tags_code(&copy, deliver_ms)
     }
     .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e))?;
     Ok((record, destination))

@@ -1,11 +1,9 @@
 //! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): check the request,
-//! build stored records, hand them to the store, answer when the store completes them (at once
-//! with async flush, after the covering fsync with sync flush).
-
-use std::sync::Arc;
+//! build stored records and return them for the store; the answer comes when the store has
+//! them durable (at once with async flush, after the covering fsync with sync flush).
 
 use bytes::Bytes;
-use quiver_store::{AppendError, AppendOutcome, AppendRequest, FlushStatus, Record};
+use quiver_store::{AppendError, AppendOutcome, FlushStatus, Record};
 use quiver_wire::batch::decode_batch;
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHeader};
@@ -15,14 +13,13 @@ use quiver_wire::message::{
 use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
-use super::{broker_writable, topic_writable, Refusal};
-use crate::broker::{now_ms, Broker};
-use crate::connection::{Connection, Responder};
+use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
+use crate::state::Broker;
 use crate::topic::{
     topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
     PERM_INHERIT, RETRY_PREFIX,
 };
-use crate::{delay, requeue};
+use crate::{delay, stored};
 
 /// The answer to a batch lists every message's id (up to 56 characters and a comma each) in
 /// one header, and a frame holds 16 MiB: past this many entries the batch is refused before it
@@ -37,31 +34,21 @@ const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
 /// CLUSTER to a copy of the properties does not reallocate.
 const UNIQ_KEY_BYTES_MAX: usize = 48;
 
-pub fn handle(broker: &Arc<Broker>, request: Command, responder: Responder) {
-    let prepared = match prepare(broker, &request, responder.connection()) {
-        Ok(prepared) => prepared,
-        Err(refusal) => return responder.reply(refusal.into_response(&request)),
-    };
-    let broker_for_reply = broker.clone();
+pub fn send(call: &Call, request: &Command) -> Handled {
     let Prepared {
         records,
         queue_id,
         first_uniq_key,
-    } = prepared;
-    // Only queued: the connection's read loop has the queue written once per read.
-    broker.store.enqueue(
-        AppendRequest { records },
-        Box::new(move |result| {
-            let response = respond(
-                &broker_for_reply,
-                &request,
-                result,
-                queue_id,
-                first_uniq_key,
-            );
-            responder.reply(response);
+    } = prepare(call, request)?;
+    let broker = call.broker.clone();
+    // Only the opaque and the encoding: the request itself stays with the connection.
+    let response = request.response_to(response_code::SUCCESS);
+    Ok(Reply::Append {
+        records,
+        answer: Box::new(move |result| {
+            respond(&broker, response, result, queue_id, first_uniq_key)
         }),
-    );
+    })
 }
 
 struct Prepared {
@@ -70,11 +57,8 @@ struct Prepared {
     first_uniq_key: Option<String>,
 }
 
-fn prepare(
-    broker: &Broker,
-    request: &Command,
-    connection: &Connection,
-) -> Result<Prepared, Refusal> {
+fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
+    let broker = call.broker;
     let ext = ext_or_err(request)?;
     let mut header = if request.code == request_code::SEND_MESSAGE {
         SendMessageHeader::from_v1(ext)?
@@ -126,8 +110,8 @@ fn prepare(
         broker,
         header: &header,
         queue_id,
-        born_host: connection.peer,
-        now_ms: now_ms(),
+        born_host: call.connection.peer,
+        now_ms: call.now_ms,
     };
     let mut records = Vec::new();
     let mut first_uniq_key = None;
@@ -203,7 +187,7 @@ fn redirect_exhausted_retry(header: &mut SendMessageHeader) -> bool {
     if header.reconsume_times > max {
         header.topic = format!("{DLQ_PREFIX}{group}");
         header.queue_id = 0;
-        header.properties = requeue::without_property(&header.properties, property::DELAY);
+        header.properties = stored::without_property(&header.properties, property::DELAY);
         return true;
     }
     false
@@ -282,7 +266,7 @@ impl RecordBuilder<'_> {
             return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
         }
         let tags = found.tags.map_or(0, tags_code);
-        let keys = requeue::keys_of(found.keys, Some(&uniq_key));
+        let keys = stored::keys_of(found.keys, Some(&uniq_key));
         let mut message = StoredMessage {
             queue_id: self.queue_id,
             flag,
@@ -305,7 +289,7 @@ impl RecordBuilder<'_> {
             Some(level) => delay::schedule(&mut message, level, levels),
             None => tags,
         };
-        let record = requeue::record_with(&message, tags, keys)
+        let record = stored::record_with(&message, tags, keys)
             .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e))?;
         Ok((record, uniq_key))
     }
@@ -330,7 +314,7 @@ impl RecordBuilder<'_> {
         let uniq_key = match found.uniq_key {
             Some(existing) => existing.to_string(),
             None => {
-                let generated = self.broker.new_uniq_id();
+                let generated = self.broker.new_uniq_id(self.now_ms);
                 push_property(&mut properties, property::UNIQ_KEY, &generated);
                 generated
             }
@@ -355,7 +339,7 @@ fn push_property(properties: &mut String, name: &str, value: &str) {
 
 fn respond(
     broker: &Broker,
-    request: &Command,
+    mut response: Command,
     result: Result<AppendOutcome, AppendError>,
     queue_id: i32,
     first_uniq_key: Option<String>,
@@ -379,7 +363,8 @@ fn respond(
                 ),
                 _ => error.to_string(),
             };
-            return request.response_to(code).with_remark(remark);
+            response.code = code;
+            return response.with_remark(remark);
         }
     };
     broker.counters.messages_put.fetch_add(
@@ -403,5 +388,6 @@ fn respond(
         FlushStatus::Ok => response_code::SUCCESS,
         FlushStatus::TimedOut => response_code::FLUSH_DISK_TIMEOUT,
     };
-    request.response_to(code).with_ext(header.to_ext())
+    response.code = code;
+    response.with_ext(header.to_ext())
 }

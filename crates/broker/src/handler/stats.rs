@@ -11,9 +11,8 @@ use quiver_wire::message::StoredMessage;
 use quiver_wire::stats::{ConsumeStats, OffsetWrapper, TopicOffset, TopicStatsTable};
 use quiver_wire::Command;
 
-use super::{Handled, Refusal};
-use crate::broker::Broker;
-use crate::connection::Connection;
+use super::{answer, Call, Handled, Refusal};
+use crate::state::Broker;
 
 fn topic_missing(topic: &str) -> Refusal {
     Refusal::new(
@@ -43,7 +42,8 @@ fn message_queue(broker: &Broker, topic: &str, queue_id: i32) -> MessageQueue {
     }
 }
 
-pub fn topic_stats(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn topic_stats(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = TopicHeader::from_ext(ext_or_err(request)?)?;
     let shape = broker
         .topics
@@ -65,12 +65,13 @@ pub fn topic_stats(broker: &Broker, request: &Command, _: &Connection) -> Handle
             },
         );
     }
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_body(table.to_java_json()))
 }
 
-pub fn consume_stats(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn consume_stats(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = GetConsumeStatsRequestHeader::from_ext(ext_or_err(request)?)?;
     let committed = broker.offsets.of_group(&header.consumer_group);
     let topics: BTreeSet<String> = match header.topic.as_deref().filter(|t| !t.is_empty()) {
@@ -105,18 +106,19 @@ pub fn consume_stats(broker: &Broker, request: &Command, _: &Connection) -> Hand
             );
         }
     }
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_body(stats.to_java_json()))
 }
 
-pub fn topic_config(broker: &Broker, request: &Command, _: &Connection) -> Handled {
+pub fn topic_config(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
     let header = TopicHeader::from_ext(ext_or_err(request)?)?;
     let config = broker
         .topics
         .get(&header.topic)
         .ok_or_else(|| topic_missing(&header.topic))?;
-    Ok(request
+    answer(request
         .response_to(response_code::SUCCESS)
         .with_body(body::to_json(&config)))
 }

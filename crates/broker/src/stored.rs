@@ -1,8 +1,9 @@
-//! Messages the broker stores by itself: copies handed back by consumers (retry and dead-letter
-//! topics) and delayed messages that fell due. Helpers to edit properties, turn a message into
-//! a store record, and wait for the store from async code.
+//! Stored records as the broker builds them, for sends, consumers' send-backs (retry and
+//! dead-letter topics) and delayed messages that fell due: a message turned into a store
+//! record with its tag code and index keys, property edits, and a wait for the store from
+//! async code.
 
-use quiver_store::{AppendError, AppendOutcome, AppendRequest, Record, Store};
+use quiver_store::{Append, AppendError, AppendOutcome, Record, Store};
 use quiver_wire::message::{
     decode_properties, encode_properties, find_property, property, tags_code, StoredMessage,
 };
@@ -88,12 +89,11 @@ pub fn record_with(
 /// Appends and waits for the store's answer without blocking a runtime worker.
 pub async fn append(store: &Store, records: Vec<Record>) -> Result<AppendOutcome, AppendError> {
     let (done, answer) = tokio::sync::oneshot::channel();
-    store.append(
-        AppendRequest { records },
-        Box::new(move |result| {
-            let _ = done.send(result);
-        }),
-    );
+    let done = Box::new(move |result| {
+        let _ = done.send(result);
+    });
+    // Committed at once: nothing else is written with it.
+    drop(store.append(vec![Append { records, done }]));
     answer.await.unwrap_or(Err(AppendError::Closed))
 }
 

@@ -1,0 +1,126 @@
+//! Registration with the name servers: the broker's topics and addresses every
+//! `registerNameServerPeriod`, and at once when a topic changes; unregistration at shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_wire::body::{self, RegisterBrokerBody};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::{RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader};
+use quiver_wire::message::body_crc;
+use quiver_wire::{Command, Encoding};
+use tokio::sync::watch;
+
+use crate::outbound::Link;
+use crate::state::Broker;
+
+const NAMESRV_CALL_TIMEOUT_MS: u64 = 3_000;
+
+/// Registers until `stop`; `registered` turns true once a name server has accepted it.
+pub async fn run(
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+    registered: watch::Sender<bool>,
+) {
+    if broker.config.namesrv_addrs.is_empty() {
+        tracing::warn!(
+            "no namesrvAddr configured: clients cannot find this broker through a name server"
+        );
+        return;
+    }
+    let mut links = namesrv_links(&broker);
+    let mut failing = vec![true; links.len()];
+    let mut period = tokio::time::interval(Duration::from_millis(broker.config.register_period_ms));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = period.tick() => {}
+            _ = broker.topics_changed_since() => {}
+        }
+        register_everywhere(&broker, &mut links, &mut failing).await;
+        if failing.iter().any(|failed| !failed) {
+            registered.send_replace(true);
+        }
+    }
+}
+
+fn registration_request(broker: &Broker) -> Command {
+    let body = body::to_json(&RegisterBrokerBody {
+        topic_config_serialize_wrapper: broker.topics.snapshot(),
+        filter_server_list: Vec::new(),
+    });
+    let header = RegisterBrokerRequestHeader {
+        broker_name: broker.config.broker_name.clone(),
+        broker_addr: broker.store_host.to_string(),
+        cluster_name: broker.config.cluster_name.clone(),
+        ha_server_addr: SocketAddr::new(
+            broker.store_host.ip(),
+            broker.store_host.port().wrapping_add(1),
+        )
+        .to_string(),
+        broker_id: broker.config.broker_id,
+        heartbeat_timeout_millis: None,
+        compressed: false,
+        body_crc32: body_crc(&body),
+    };
+    Command::request(request_code::REGISTER_BROKER, Encoding::Json)
+        .with_ext(header.to_ext())
+        .with_body(body)
+}
+
+async fn register_everywhere(broker: &Broker, links: &mut [Link], failing: &mut [bool]) {
+    let request = registration_request(broker);
+    let timeout = Duration::from_millis(NAMESRV_CALL_TIMEOUT_MS);
+    for (index, link) in links.iter_mut().enumerate() {
+        let addr = link.addr.clone();
+        let result = link.call(request.clone(), timeout).await;
+        let failed = match result {
+            Ok(response) if response.code == response_code::SUCCESS => false,
+            Ok(response) => {
+                tracing::warn!(namesrv = %addr, code = response.code, remark = ?response.remark, "registration refused");
+                true
+            }
+            Err(error) => {
+                if !failing[index] {
+                    tracing::warn!(namesrv = %addr, %error, "registration failed; retrying every period");
+                }
+                true
+            }
+        };
+        if failing[index] && !failed {
+            tracing::info!(namesrv = %addr, "registered with name server");
+        }
+        failing[index] = failed;
+    }
+}
+
+/// One link per configured name server.
+/// One link per configured name server.
+pub fn namesrv_links(broker: &Broker) -> Vec<Link> {
+    broker.config
+        .namesrv_addrs
+        .iter()
+        .cloned()
+        .map(Link::new)
+        .collect()
+}
+
+pub async fn unregister_everywhere(broker: &Broker, links: &mut [Link]) {
+    let header = UnregisterBrokerRequestHeader {
+        broker_name: broker.config.broker_name.clone(),
+        broker_addr: broker.store_host.to_string(),
+        cluster_name: broker.config.cluster_name.clone(),
+        broker_id: broker.config.broker_id,
+    };
+    let request = Command::request(request_code::UNREGISTER_BROKER, Encoding::Json)
+        .with_ext(header.to_ext());
+    for link in links {
+        if let Err(error) = link
+            .call(request.clone(), Duration::from_millis(1_000))
+            .await
+        {
+            tracing::debug!(namesrv = %link.addr, %error, "unregister failed");
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Start-up and shutdown: opens the broker's state, binds its port, and runs the accept loop
+//! and the background tasks (housekeeping, delayed delivery, registration) until stopped.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_store::{RecoveryReport, RetentionReport};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::clock::now_ms;
+use crate::config::{BrokerConfig, RetentionRound};
+use crate::registration;
+use crate::state::{Broker, Persisted, StateError};
+
+const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
+const CLIENT_SCAN_INTERVAL_MS: u64 = 10_000;
+/// RocketMQ's cleanResourceInterval.
+const RETENTION_INTERVAL_MS: u64 = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("cannot listen on {addr}: {message}")]
+    Bind { addr: SocketAddr, message: String },
+}
+
+/// A started broker; `shutdown` stops it cleanly.
+pub struct RunningBroker {
+    pub broker: Arc<Broker>,
+    pub local_addr: SocketAddr,
+    pub recovery: RecoveryReport,
+    stop: watch::Sender<bool>,
+    /// The accept loop: it ends once every connection has stopped reading and been answered.
+    server: std::sync::Mutex<Option<JoinHandle<()>>>,
+    tasks: Vec<JoinHandle<()>>,
+    stopped: AtomicBool,
+    registered: watch::Receiver<bool>,
+}
+
+pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
+    tracing::info!(root = %config.store_root.display(), "opening the store");
+    let opened = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Persisted::open(&config, now_ms()))
+            .await
+            .expect("store open task panicked")?
+    };
+    let (persisted, recovery) = opened;
+    if recovery.crashed {
+        tracing::warn!(
+            commitlog_end = recovery.commitlog_end,
+            truncated_bytes = recovery.truncated_bytes,
+            redispatched = recovery.records_redispatched,
+            "recovered after an unclean stop"
+        );
+    }
+    for problem in &recovery.problems {
+        tracing::error!(%problem, "store damage found during recovery");
+    }
+    let bind = config.bind_addr();
+    let listener = TcpListener::bind(bind)
+        .await
+        .map_err(|e| StartError::Bind {
+            addr: bind,
+            message: e.to_string(),
+        })?;
+    let local_addr = listener.local_addr().map_err(|e| StartError::Bind {
+        addr: bind,
+        message: e.to_string(),
+    })?;
+    let store_host = SocketAddr::new(config.broker_ip, local_addr.port());
+    let broker = Arc::new(Broker::new(config, persisted, store_host, now_ms()));
+    let (stop, stopped) = watch::channel(false);
+    let (registered_sender, registered) = watch::channel(false);
+    let server = tokio::spawn(crate::server::serve(
+        listener,
+        broker.clone(),
+        stopped.clone(),
+    ));
+    let tasks = vec![
+        tokio::spawn(housekeeping(broker.clone(), stopped.clone())),
+        tokio::spawn(crate::delay::run(broker.clone(), stopped.clone())),
+        tokio::spawn(registration::run(
+            broker.clone(),
+            stopped,
+            registered_sender,
+        )),
+    ];
+    tracing::info!(addr = %local_addr, broker = %broker.config.broker_name, "broker listening");
+    Ok(RunningBroker {
+        broker,
+        local_addr,
+        recovery,
+        stop,
+        server: std::sync::Mutex::new(Some(server)),
+        tasks,
+        stopped: AtomicBool::new(false),
+        registered,
+    })
+}
+
+impl RunningBroker {
+    /// Waits until a name server has accepted this broker's registration, so clients that look
+    /// up routes next find it. False when `timeout` passes first.
+    pub async fn wait_registered(&self, timeout: Duration) -> bool {
+        let mut registered = self.registered.clone();
+        tokio::time::timeout(timeout, registered.wait_for(|done| *done))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Stops accepting and reading requests, waits for the connections to write the answers
+    /// to what they had read, unregisters from the name servers, persists offsets, flushes and
+    /// closes the store (which removes the abort file: the next start is a clean one). An
+    /// offset committed or a message acknowledged before the stop is in what is persisted.
+    pub async fn shutdown(&self) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.stop.send(true);
+        // Parked pulls answer now rather than hold their connection open to the end.
+        self.broker.waiters.close();
+        let server = self.server.lock().expect("server lock poisoned").take();
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+        let mut links = registration::namesrv_links(&self.broker);
+        registration::unregister_everywhere(&self.broker, &mut links).await;
+        if let Err(error) = self.broker.offsets.persist_if_dirty() {
+            tracing::error!(%error, "could not persist consumer offsets");
+        }
+        if let Err(error) = self.broker.delay_offsets.persist_if_dirty() {
+            tracing::error!(%error, "could not persist delay offsets");
+        }
+        let store = self.broker.store.clone();
+        match tokio::task::spawn_blocking(move || store.close()).await {
+            Ok(Ok(())) => tracing::info!("store closed cleanly"),
+            Ok(Err(error)) => tracing::error!(%error, "store did not close cleanly"),
+            Err(error) => tracing::error!(%error, "store close task failed"),
+        }
+    }
+}
+
+async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut persist = tokio::time::interval(Duration::from_millis(OFFSET_PERSIST_INTERVAL_MS));
+    let mut scan = tokio::time::interval(Duration::from_millis(CLIENT_SCAN_INTERVAL_MS));
+    let mut retention = tokio::time::interval(Duration::from_millis(RETENTION_INTERVAL_MS));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = retention.tick() => {
+                let broker = broker.clone();
+                // File deletion and statvfs block: keep them off the runtime's workers.
+                let _ = tokio::task::spawn_blocking(move || retention_round(&broker, now_ms())).await;
+            }
+            _ = persist.tick() => {
+                let offsets = broker.clone();
+                let result = tokio::task::spawn_blocking(move || offsets.offsets.persist_if_dirty()).await;
+                if let Ok(Err(error)) = result {
+                    tracing::error!(%error, "could not persist consumer offsets");
+                }
+            }
+            _ = scan.tick() => broker.sweep(now_ms()),
+        }
+    }
+}
+
+/// One retention round at `now_ms`: whether it runs depends on the local hour and the disk.
+pub fn retention_round(broker: &Broker, now_ms: i64) -> Option<RetentionReport> {
+    let used_percent = match broker.store.disk_space() {
+        Ok(space) => space.used_percent(),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read disk space; retention runs by the clock only");
+            0
+        }
+    };
+    let round = broker
+        .config
+        .retention_round(local_hour(now_ms), used_percent)?;
+    let at_once = round == RetentionRound::AtOnce;
+    let reserve_ms = broker.config.file_reserved_ms();
+    match broker.store.delete_expired(now_ms, reserve_ms, at_once) {
+        Ok(report) => {
+            for problem in &report.problems {
+                tracing::warn!(%problem, "retention could not trim a file; it tries again next round");
+            }
+            if report.segments_deleted > 0 {
+                tracing::info!(
+                    segments = report.segments_deleted,
+                    consume_queue_files = report.consume_queue_files_deleted,
+                    index_files = report.index_files_deleted,
+                    min_position = report.min_position,
+                    disk_used_percent = used_percent,
+                    at_once,
+                    "retention deleted old files"
+                );
+            }
+            Some(report)
+        }
+        Err(error) => {
+            tracing::error!(%error, "retention failed");
+            None
+        }
+    }
+}
+
+/// The hour of the local day, as RocketMQ reads `deleteWhen`.
+fn local_hour(now_ms: i64) -> u32 {
+    let seconds = (now_ms / 1000) as libc::time_t;
+    let mut tm = std::mem::MaybeUninit::<libc::tm>::zeroed();
+    // SAFETY: both pointers are valid for the call; localtime_r is the thread-safe variant and
+    // writes only into `tm`, which is read only when it reports success.
+    let result = unsafe { libc::localtime_r(&seconds, tm.as_mut_ptr()) };
+    if result.is_null() {
+        return ((now_ms / 3_600_000) % 24) as u32;
+    }
+    // SAFETY: localtime_r succeeded, so it filled `tm`.
+    unsafe { tm.assume_init() }.tm_hour.clamp(0, 23) as u32
+}

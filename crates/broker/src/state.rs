@@ -1,0 +1,235 @@
+//! The broker's state: `Broker` bundles the owners of each piece of it (store, topics, offsets,
+//! clients, parked pulls, queue locks, delay offsets); each part does its own locking. Handlers
+//! and the background tasks use it; it knows nothing of sockets, tasks or start-up
+//! (`start.rs`), and it takes the time as a value.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use quiver_store::{OpenError, RecoveryReport, Store};
+use quiver_wire::code::request_code;
+use quiver_wire::{Encoding, ExtFields};
+use tokio::sync::Notify;
+
+use crate::clients::ClientTable;
+use crate::config::BrokerConfig;
+use crate::connection::Connection;
+use crate::delay::DelayOffsets;
+use crate::locks::QueueLocks;
+use crate::long_poll::PullWaiters;
+use crate::offsets::ConsumerOffsets;
+use crate::topic::{TopicError, TopicTable};
+
+/// Parked pulls at once; each holds a small task and a 15 s timer.
+const PARKED_PULLS_MAX: usize = 100_000;
+
+#[derive(Default)]
+pub struct Counters {
+    pub messages_put: AtomicU64,
+    pub messages_got: AtomicU64,
+    rates: std::sync::Mutex<Rates>,
+}
+
+#[derive(Default)]
+struct Rates {
+    sampled_ms: i64,
+    put: u64,
+    got: u64,
+    put_tps: f64,
+    got_tps: f64,
+}
+
+impl Counters {
+    /// Messages per second put and got over the last sampling period.
+    pub fn tps(&self) -> (f64, f64) {
+        let rates = self.rates.lock().expect("rates lock poisoned");
+        (rates.put_tps, rates.got_tps)
+    }
+
+    pub fn sample(&self, now_ms: i64) {
+        let put = self.messages_put.load(Ordering::Relaxed);
+        let got = self.messages_got.load(Ordering::Relaxed);
+        let mut rates = self.rates.lock().expect("rates lock poisoned");
+        let elapsed_ms = now_ms - rates.sampled_ms;
+        if rates.sampled_ms > 0 && elapsed_ms > 0 {
+            rates.put_tps = (put - rates.put) as f64 * 1000.0 / elapsed_ms as f64;
+            rates.got_tps = (got - rates.got) as f64 * 1000.0 / elapsed_ms as f64;
+        }
+        *rates = Rates {
+            sampled_ms: now_ms,
+            put,
+            got,
+            ..*rates
+        };
+    }
+}
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub store: Store,
+    pub topics: TopicTable,
+    pub offsets: ConsumerOffsets,
+    pub clients: ClientTable,
+    pub waiters: Arc<PullWaiters>,
+    pub locks: QueueLocks,
+    pub delay_offsets: DelayOffsets,
+    /// The address written into records and message ids: reachable `brokerIP1:port`.
+    pub store_host: SocketAddr,
+    pub counters: Counters,
+    pub started_ms: i64,
+    register_now: Notify,
+    next_queue: AtomicU32,
+    next_uniq: AtomicU32,
+}
+
+/// Why the broker's state could not be opened from its store root.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Not a `source`: the message already holds the store's, and `{:#}` would print it twice.
+    #[error("cannot open the store: {0}")]
+    Store(OpenError),
+    #[error(transparent)]
+    Topics(#[from] TopicError),
+    #[error("cannot read consumer offsets: {0}")]
+    Offsets(String),
+    #[error("cannot read delay offsets: {0}")]
+    DelayOffsets(String),
+}
+
+impl From<OpenError> for StateError {
+    fn from(error: OpenError) -> StateError {
+        StateError::Store(error)
+    }
+}
+
+/// What the broker keeps on disk, opened before it has an address to put in records.
+pub struct Persisted {
+    pub store: Store,
+    pub topics: TopicTable,
+    pub offsets: ConsumerOffsets,
+    pub delay_offsets: DelayOffsets,
+}
+
+impl Persisted {
+    /// Opens (and, after a crash, recovers) the store and the tables under the store root.
+    /// Blocking: recovery reads the log's tail.
+    pub fn open(
+        config: &BrokerConfig,
+        now_ms: i64,
+    ) -> Result<(Persisted, RecoveryReport), StateError> {
+        let (store, recovery) = Store::open(config.store_config())?;
+        let config_dir = config.store_root.join("config");
+        let topics = TopicTable::open(
+            config_dir.join("topics.json"),
+            config.auto_create_topic,
+            now_ms,
+        )?;
+        let offsets = ConsumerOffsets::open(config_dir.join("consumerOffset.json"))
+            .map_err(StateError::Offsets)?;
+        let delay_offsets = DelayOffsets::open(config_dir.join("delayOffset.json"))
+            .map_err(StateError::DelayOffsets)?;
+        topics.create_if_absent(crate::topic::topic_config(
+            crate::delay::SCHEDULE_TOPIC,
+            config.delay_levels_ms.len() as i32,
+            crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+        ))?;
+        let persisted = Persisted {
+            store,
+            topics,
+            offsets,
+            delay_offsets,
+        };
+        Ok((persisted, recovery))
+    }
+}
+
+impl Broker {
+    /// The broker over its opened state, writing `store_host` into what it stores. Parked pulls
+    /// are woken by the store's arrivals from here on.
+    pub fn new(
+        config: BrokerConfig,
+        persisted: Persisted,
+        store_host: SocketAddr,
+        now_ms: i64,
+    ) -> Broker {
+        let Persisted {
+            store,
+            topics,
+            offsets,
+            delay_offsets,
+        } = persisted;
+        let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
+        let arrival_waiters = waiters.clone();
+        store.set_arrival_listener(Arc::new(
+            move |topic: &str, queue_id: u32, max_offset: u64| {
+                arrival_waiters.arrived(topic, queue_id, max_offset)
+            },
+        ));
+        Broker {
+            config,
+            store,
+            topics,
+            offsets,
+            clients: ClientTable::default(),
+            waiters,
+            locks: QueueLocks::default(),
+            delay_offsets,
+            store_host,
+            counters: Counters::default(),
+            started_ms: now_ms,
+            register_now: Notify::new(),
+            next_queue: AtomicU32::new(0),
+            next_uniq: AtomicU32::new(0),
+        }
+    }
+
+    /// Round-robin queue choice for sends that leave it to the broker.
+    pub fn pick_queue(&self, queues: i32) -> i32 {
+        (self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.max(1) as u32) as i32
+    }
+
+    /// A UNIQ_KEY for messages whose producer did not set one.
+    pub fn new_uniq_id(&self, now_ms: i64) -> String {
+        let counter = self.next_uniq.fetch_add(1, Ordering::Relaxed);
+        quiver_wire::message::new_uniq_id(self.store_host.ip(), counter, now_ms)
+    }
+
+    /// Asks the registration task to register with the name servers now (a topic changed).
+    pub fn topics_changed(&self) {
+        self.register_now.notify_one();
+    }
+
+    /// Completes when a topic changed since the last call (see `topics_changed`).
+    pub async fn topics_changed_since(&self) {
+        self.register_now.notified().await
+    }
+
+    pub fn connection_closed(&self, connection: &Connection) {
+        for group in self.clients.connection_closed(connection.id) {
+            self.notify_consumers_changed(&group);
+        }
+    }
+
+    /// Tells every member of a group to rebalance now instead of at its next 20 s timer.
+    pub fn notify_consumers_changed(&self, group: &str) {
+        for connection in self.clients.consumer_connections(group) {
+            let ext = ExtFields::new().with("consumerGroup", group);
+            connection.send_oneway_request(
+                request_code::NOTIFY_CONSUMER_IDS_CHANGED,
+                ext,
+                Encoding::Json,
+            );
+        }
+    }
+
+    /// The periodic sweep: samples the put and get rates, forgets clients silent for too long
+    /// (telling their groups) and lapsed queue locks.
+    pub fn sweep(&self, now_ms: i64) {
+        self.counters.sample(now_ms);
+        for group in self.clients.expire(now_ms) {
+            self.notify_consumers_changed(&group);
+        }
+        self.locks.expire(now_ms);
+    }
+}
