@@ -98,7 +98,8 @@ async fn register_everywhere(broker: &Broker, links: &mut [Link], failing: &mut 
 /// One link per configured name server.
 /// One link per configured name server.
 pub fn namesrv_links(broker: &Broker) -> Vec<Link> {
-    broker.config
+    broker
+        .config
         .namesrv_addrs
         .iter()
         .cloned()
@@ -113,8 +114,8 @@ pub async fn unregister_everywhere(broker: &Broker, links: &mut [Link]) {
         cluster_name: broker.config.cluster_name.clone(),
         broker_id: broker.config.broker_id,
     };
-    let request = Command::request(request_code::UNREGISTER_BROKER, Encoding::Json)
-        .with_ext(header.to_ext());
+    let request =
+        Command::request(request_code::UNREGISTER_BROKER, Encoding::Json).with_ext(header.to_ext());
     for link in links {
         if let Err(error) = link
             .call(request.clone(), Duration::from_millis(1_000))

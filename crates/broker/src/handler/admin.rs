@@ -180,10 +180,12 @@ pub fn broker_config(call: &Call, request: &Command) -> Handled {
         "{{\"counter\":0,\"stateVersion\":0,\"timestamp\":{}}}",
         broker.started_ms
     );
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(quiver_wire::ExtFields::new().with("version", version))
-        .with_body(text.into_bytes()))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(quiver_wire::ExtFields::new().with("version", version))
+            .with_body(text.into_bytes()),
+    )
 }
 
 /// `value` as `java.util.Properties.store` writes a value, so that `Properties.load` (which
@@ -224,9 +226,11 @@ pub fn topic_consumed_by(call: &Call, request: &Command) -> Handled {
         .into_iter()
         .collect();
     group_list.extend(broker.clients.groups_subscribed_to(&header.topic));
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_body(body::to_json(&GroupList { group_list })))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&GroupList { group_list })),
+    )
 }
 
 #[cfg(test)]

@@ -63,9 +63,11 @@ pub fn unregister(call: &Call, request: &Command) -> Handled {
     for group in changed {
         broker.notify_consumers_changed(&group);
     }
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new()))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(ExtFields::new()),
+    )
 }
 
 pub fn consumer_list(call: &Call, request: &Command) -> Handled {

@@ -41,9 +41,11 @@ pub fn query_consumer_offset(call: &Call, request: &Command) -> Handled {
         .get(&header.topic, &header.consumer_group, header.queue_id)
     {
         Some(offset) => answer(offset_response(request, offset.max(0) as u64)),
-        None => answer(request
-            .response_to(response_code::QUERY_NOT_FOUND)
-            .with_remark("Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")),
+        None => answer(
+            request
+                .response_to(response_code::QUERY_NOT_FOUND)
+                .with_remark("Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"),
+        ),
     }
 }
 
@@ -72,9 +74,11 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
         header.queue_id,
         header.commit_offset,
     );
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new()))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(ExtFields::new()),
+    )
 }
 
 pub fn max_offset(call: &Call, request: &Command) -> Handled {
@@ -135,7 +139,9 @@ pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
     let header = TimestampResponseHeader {
         timestamp: time.unwrap_or(-1),
     };
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(header.to_ext()))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(header.to_ext()),
+    )
 }

@@ -13,8 +13,8 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{Call, Handled, Refusal, Reply};
-use crate::state::Broker;
 use crate::clients::TagFilter;
+use crate::state::Broker;
 use crate::topic::{validate_group_name, PERM_READ};
 
 /// Messages per pull at most, whatever the client asks: Java's own cap for reads from memory.

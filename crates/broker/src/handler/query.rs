@@ -44,10 +44,12 @@ pub fn by_key(call: &Call, request: &Command) -> Handled {
         index_last_update_phyoffset: stats.written_position as i64,
     };
     let body: Vec<u8> = records.concat();
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(response_header.to_ext())
-        .with_body(body))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(response_header.to_ext())
+            .with_body(body),
+    )
 }
 
 pub fn by_position(call: &Call, request: &Command) -> Handled {
@@ -65,7 +67,9 @@ pub fn by_position(call: &Call, request: &Command) -> Handled {
             format!("can not find message by the offset {position}: {e}"),
         )
     })?;
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_body(record))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(record),
+    )
 }

@@ -11,8 +11,8 @@ use quiver_wire::Command;
 
 use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
 use crate::state::Broker;
-use crate::{delay, stored};
 use crate::topic::{topic_config, DLQ_PREFIX, RETRY_PREFIX};
+use crate::{delay, stored};
 
 /// A group's retry budget when the consumer does not send one (RocketMQ's `retryMaxTimes`).
 pub(super) const MAX_RECONSUME_TIMES_DEFAULT: i32 = 16;
@@ -28,7 +28,9 @@ pub fn send_back(call: &Call, request: &Command) -> Handled {
             Ok(_) => response,
             Err(error) => {
                 let remark = format!("storing the copy for {destination} failed: {error}");
-                response.response_to(response_code::SYSTEM_ERROR).with_remark(remark)
+                response
+                    .response_to(response_code::SYSTEM_ERROR)
+                    .with_remark(remark)
             }
         }),
     })

@@ -65,9 +65,11 @@ pub fn topic_stats(call: &Call, request: &Command) -> Handled {
             },
         );
     }
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_body(table.to_java_json()))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(table.to_java_json()),
+    )
 }
 
 pub fn consume_stats(call: &Call, request: &Command) -> Handled {
@@ -106,9 +108,11 @@ pub fn consume_stats(call: &Call, request: &Command) -> Handled {
             );
         }
     }
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_body(stats.to_java_json()))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(stats.to_java_json()),
+    )
 }
 
 pub fn topic_config(call: &Call, request: &Command) -> Handled {
@@ -118,7 +122,9 @@ pub fn topic_config(call: &Call, request: &Command) -> Handled {
         .topics
         .get(&header.topic)
         .ok_or_else(|| topic_missing(&header.topic))?;
-    answer(request
-        .response_to(response_code::SUCCESS)
-        .with_body(body::to_json(&config)))
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&config)),
+    )
 }

@@ -1,0 +1,65 @@
+//! Admin requests: topics created, refused and deleted; the runtime figures.
+
+mod harness;
+
+use harness::{field, options, Harness};
+use quiver_wire::body::{self, KvTable};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::{Command, Encoding, ExtFields};
+
+#[tokio::test]
+async fn system_topic_names_cannot_be_created_or_reshaped() {
+    let h = Harness::new();
+    for topic in [
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "DefaultCluster",
+        "broker-a",
+    ] {
+        let answer = h.create_topic(topic, 4).await;
+        assert_eq!(answer.code, response_code::INVALID_PARAMETER, "{topic}");
+    }
+    let answer = h.create_topic("Orders", 4).await;
+    assert_eq!(answer.code, response_code::SUCCESS);
+    assert_eq!(h.broker.topics.shape("Orders").unwrap().write_queues, 4);
+}
+
+#[tokio::test]
+async fn a_deleted_topic_loses_its_messages_and_offsets() {
+    let h = Harness::new();
+    h.create_topic("Orders", 1).await;
+    h.send("Orders", b"old", &options()).await;
+    let delete = Command::request(request_code::DELETE_TOPIC_IN_BROKER, Encoding::Json)
+        .with_ext(ExtFields::new().with("topic", "Orders"));
+    assert_eq!(h.call(delete).await.code, response_code::SUCCESS);
+    assert!(h.broker.topics.shape("Orders").is_none());
+    assert_eq!(
+        h.pull("Orders", "g", 0, 0).await.code,
+        response_code::TOPIC_NOT_EXIST
+    );
+    h.create_topic("Orders", 1).await;
+    let again = h.send("Orders", b"new", &options()).await;
+    assert_eq!(
+        field(&again, "queueOffset"),
+        "0",
+        "a new topic starts at offset 0"
+    );
+}
+
+#[tokio::test]
+async fn runtime_info_counts_uptime_on_the_call_clock() {
+    let mut h = Harness::new();
+    h.advance(90_000);
+    let answer = h
+        .call(Command::request(
+            request_code::GET_BROKER_RUNTIME_INFO,
+            Encoding::Json,
+        ))
+        .await;
+    assert_eq!(answer.code, response_code::SUCCESS);
+    let table: KvTable = body::from_json(&answer.body).expect("kv table");
+    assert_eq!(
+        table.table["runtime"],
+        "[ 0 days, 0 hours, 1 minutes, 30 seconds ]"
+    );
+}

@@ -1,0 +1,79 @@
+//! Pulls through the handler table: reads, refusals, and long polling.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{finish, messages, options, pull_request, Harness};
+use quiver_broker::handler::Reply;
+use quiver_wire::code::response_code;
+
+#[tokio::test]
+async fn a_pull_reads_from_its_offset_and_says_where_to_go_on() {
+    let h = Harness::new();
+    h.create_topic("Prices", 1).await;
+    for body in [&b"a"[..], b"b", b"c"] {
+        h.send("Prices", body, &options()).await;
+    }
+    let response = h.pull("Prices", "g", 0, 1).await;
+    let bodies: Vec<_> = messages(&response)
+        .iter()
+        .map(|m| m.body.to_vec())
+        .collect();
+    assert_eq!(bodies, vec![b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(harness::field(&response, "nextBeginOffset"), "3");
+}
+
+#[tokio::test]
+async fn a_pull_of_an_unknown_topic_or_queue_is_refused() {
+    let h = Harness::new();
+    assert_eq!(
+        h.pull("Nowhere", "g", 0, 0).await.code,
+        response_code::TOPIC_NOT_EXIST
+    );
+    h.create_topic("Prices", 2).await;
+    assert_eq!(
+        h.pull("Prices", "g", 2, 0).await.code,
+        response_code::INVALID_PARAMETER
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_pull_is_answered_when_a_message_lands() {
+    let h = Harness::new();
+    h.create_topic("Prices", 1).await;
+    let request = pull_request("Prices", "g", 0, 0, 15_000);
+    let Reply::Wait(answer) = h.dispatch(&request) else {
+        panic!("an empty queue with SUSPEND parks the pull");
+    };
+    let waiting = tokio::spawn(answer);
+    // Let the parked pull register before the message lands.
+    tokio::task::yield_now().await;
+    h.send("Prices", b"landed", &options()).await;
+    // Paused time: had the arrival not woken it, the answer would come only at 15 s.
+    let started = tokio::time::Instant::now();
+    let response = waiting.await.expect("the parked pull completes");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_eq!(&messages(&response)[0].body[..], b"landed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_pull_with_nothing_arriving_is_answered_not_found_after_its_suspend_time() {
+    let h = Harness::new();
+    h.create_topic("Prices", 1).await;
+    let started = tokio::time::Instant::now();
+    let reply = h.dispatch(&pull_request("Prices", "g", 0, 0, 2_000));
+    let response = finish(&h.broker, reply).await;
+    assert_eq!(response.code, response_code::PULL_NOT_FOUND);
+    assert!(started.elapsed() >= Duration::from_millis(2_000));
+}
+
+#[tokio::test]
+async fn a_pull_without_suspend_is_answered_at_once() {
+    let h = Harness::new();
+    h.create_topic("Prices", 1).await;
+    let Reply::Now(response) = h.dispatch(&pull_request("Prices", "g", 0, 0, 0)) else {
+        panic!("no SUSPEND bit: answered now");
+    };
+    assert_eq!(response.code, response_code::PULL_NOT_FOUND);
+}

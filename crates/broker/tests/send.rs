@@ -1,0 +1,91 @@
+//! Sends through the handler table: what is stored, what is answered, and what is refused.
+
+mod harness;
+
+use harness::{field, messages, options, Harness};
+use quiver_broker::handler::Reply;
+use quiver_testkit::{send_request, SendOptions};
+use quiver_wire::code::response_code;
+use quiver_wire::message::property;
+
+#[tokio::test]
+async fn a_send_is_answered_with_its_queue_offset_and_stored_at_the_call_time() {
+    let mut h = Harness::new();
+    let to_queue_1 = SendOptions {
+        queue_id: Some(1),
+        tags: Some("red".into()),
+        ..options()
+    };
+    let first = h.send("Orders", b"one", &to_queue_1).await;
+    assert_eq!(first.code, response_code::SUCCESS, "{:?}", first.remark);
+    assert_eq!(field(&first, "queueId"), "1");
+    assert_eq!(field(&first, "queueOffset"), "0");
+    h.advance(5_000);
+    let second = h.send("Orders", b"two", &to_queue_1).await;
+    assert_eq!(field(&second, "queueOffset"), "1");
+
+    let stored = messages(&h.pull("Orders", "g", 1, 0).await);
+    assert_eq!(stored.len(), 2);
+    assert_eq!(&stored[1].body[..], b"two");
+    assert_eq!(
+        stored[1].store_timestamp, h.now_ms,
+        "stamped with the call's time"
+    );
+    assert_eq!(stored[0].store_timestamp, h.now_ms - 5_000);
+    assert_eq!(stored[0].property(property::TAGS).as_deref(), Some("red"));
+    assert!(stored[0].property(property::UNIQ_KEY).is_some());
+    assert_eq!(
+        stored[0].property(property::CLUSTER).as_deref(),
+        Some("DefaultCluster")
+    );
+}
+
+#[tokio::test]
+async fn a_send_is_work_for_the_store_not_an_answer() {
+    let h = Harness::new();
+    let request = send_request("Orders", b"x", &options(), false);
+    match h.dispatch(&request) {
+        Reply::Append { records, .. } => {
+            assert_eq!(records.len(), 1);
+            assert_eq!(records[0].topic, "Orders");
+        }
+        _ => panic!("a valid send returns records to append"),
+    }
+    // Nothing is stored until the connection layer appends the records.
+    assert_eq!(h.broker.store.bounds("Orders", 0).max_offset, 0);
+}
+
+#[tokio::test]
+async fn sends_to_system_topics_and_transaction_halves_are_refused() {
+    let h = Harness::new();
+    let refused = h.send("SCHEDULE_TOPIC_XXXX", b"x", &options()).await;
+    assert_eq!(refused.code, response_code::NO_PERMISSION);
+    let half = SendOptions {
+        properties: vec![("TRAN_MSG".into(), "true".into())],
+        ..options()
+    };
+    let refused = h.send("Orders", b"x", &half).await;
+    assert_eq!(refused.code, response_code::NO_PERMISSION);
+    assert!(refused.remark.unwrap().contains("transaction"));
+}
+
+#[tokio::test]
+async fn a_body_over_max_message_size_is_refused_before_it_is_stored() {
+    let h = Harness::with_config("maxMessageSize=1024\n");
+    let refused = h.send("Orders", &[b'x'; 1025], &options()).await;
+    assert_eq!(refused.code, response_code::MESSAGE_ILLEGAL);
+    assert_eq!(h.broker.store.stats().messages_appended, 0);
+    let fits = h.send("Orders", &[b'x'; 1024], &options()).await;
+    assert_eq!(fits.code, response_code::SUCCESS);
+}
+
+#[tokio::test]
+async fn with_sync_flush_a_send_is_answered_once_an_fsync_covers_it() {
+    let h = Harness::with_config("flushDiskType=SYNC_FLUSH\n");
+    let before = h.broker.store.commitlog_fsyncs();
+    let sent = h.send("Orders", b"durable", &options()).await;
+    assert_eq!(sent.code, response_code::SUCCESS);
+    let stats = h.broker.store.stats();
+    assert_eq!(stats.flushed_position, stats.written_position);
+    assert!(h.broker.store.commitlog_fsyncs() > before);
+}
