@@ -19,7 +19,8 @@ SECONDS_RUN=${2:-6}
 shift $(( $# < 2 ? $# : 2 ))
 FLAGS=("$@")
 [ ${#FLAGS[@]} -eq 0 ] && FLAGS=(-w 64 -s 1024)
-QUIVER="$REPO/target/release/quiver"
+# QUIVER=path runs that binary instead of building this checkout's.
+QUIVER="${QUIVER:-}"
 NAMESRV_PORT=19876
 BROKER_PORT=20911
 
@@ -31,7 +32,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release -p quiver --manifest-path "$REPO/Cargo.toml" >/dev/null 2>&1
+if [ -z "$QUIVER" ]; then
+    cargo build --release -p quiver --manifest-path "$REPO/Cargo.toml" >/dev/null 2>&1
+    QUIVER="$REPO/target/release/quiver"
+fi
 
 # One run of quiver bench against a fresh broker; prints msg/s.
 bench_run() { # FLUSH

@@ -49,9 +49,13 @@ wait_for() { # FILE PATTERN SECONDS
 }
 
 if [ "$TARGET" = quiver ]; then
-    cargo build --release -p quiver --manifest-path "$REPO/Cargo.toml" >/dev/null 2>&1
+    # QUIVER=path runs that binary instead of building this checkout's.
+    if [ -z "${QUIVER:-}" ]; then
+        cargo build --release -p quiver --manifest-path "$REPO/Cargo.toml" >/dev/null 2>&1
+        QUIVER="$REPO/target/release/quiver"
+    fi
     printf 'flushDiskType=%s\n' "$FLUSH" > "$WORK/broker.conf"
-    "$REPO/target/release/quiver" up -c "$WORK/broker.conf" --data "$WORK/data" > "$WORK/out" 2> "$WORK/broker.log" &
+    "$QUIVER" up -c "$WORK/broker.conf" --data "$WORK/data" > "$WORK/out" 2> "$WORK/broker.log" &
     BROKER_PID=$!; PIDS+=("$BROKER_PID")
     wait_for "$WORK/out" ready 30
 else
