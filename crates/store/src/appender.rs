@@ -298,11 +298,7 @@ impl Appender {
         let mut chunk_start = 0;
         let mut outcomes = Vec::with_capacity(group.len());
         for job in group {
-            let total: u64 = job
-                .records
-                .iter()
-                .map(|r| r.bytes.len() as u64)
-                .sum();
+            let total: u64 = job.records.iter().map(|r| r.bytes.len() as u64).sum();
             if position + total + BLANK_BYTES > base + segment_bytes {
                 self.buf
                     .extend_from_slice(&record::blank_marker(base + segment_bytes - position));
