@@ -171,12 +171,13 @@ impl<'a> RecordView<'a> {
         property_byte_pairs(self.properties)
     }
 
-    /// The value of the first `name`. Note that `find_property`, the send path's reader,
-    /// takes the last, as Java does; records with a name twice are rare (Java clients write a
-    /// map) and this keeps what recovery rebuilds as it was.
+    /// The value of `name`. The last occurrence wins, as in `find_property` and Java's
+    /// HashMap: the broker computes a record's tag code and index keys with `find_property`
+    /// when it appends, and recovery must rebuild the same entries from the bytes.
     pub fn property(&self, name: &str) -> Option<&'a [u8]> {
         self.properties()
-            .find(|(n, _)| *n == name.as_bytes())
+            .filter(|(n, _)| *n == name.as_bytes())
+            .last()
             .map(|(_, v)| v)
     }
 
@@ -247,6 +248,29 @@ mod tests {
                 let _ = RecordView::parse(&flipped);
             }
         }
+    }
+
+    #[test]
+    fn a_name_given_twice_reads_as_its_last_value_as_on_the_send_path() {
+        let bytes = RecordBuilder {
+            topic: "T",
+            queue_id: 0,
+            body: b"",
+            store_timestamp_ms: 0,
+            properties: &[
+                ("TAGS", "first"),
+                ("KEYS", "a"),
+                ("TAGS", "last"),
+                ("KEYS", "b"),
+            ],
+        }
+        .build();
+        let view = RecordView::parse(&bytes).unwrap();
+        assert_eq!(view.property("TAGS"), Some(&b"last"[..]));
+        assert_eq!(view.tags_code(), tags_code("last"));
+        let mut keys = Vec::new();
+        view.for_each_key(|k| keys.push(k));
+        assert_eq!(keys, ["b"]);
     }
 
     #[test]

@@ -21,7 +21,12 @@ fn arb_host() -> impl Strategy<Value = SocketAddr> {
 /// Properties as a client writes them, and anything at all, which a record must still carry.
 fn arb_properties() -> impl Strategy<Value = String> {
     prop_oneof![
-        vec(("[^\u{1}\u{2}]{1,12}", "[^\u{2}]{0,12}"), 0..6).prop_map(|pairs| {
+        // Few names, so that some repeat.
+        vec(
+            ("TAGS|KEYS|UNIQ_KEY|[^\u{1}\u{2}]{1,12}", "[^\u{2}]{0,12}"),
+            0..6
+        )
+        .prop_map(|pairs| {
             encode_properties(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         }),
         any::<String>().prop_map(|s| s.chars().take(100).collect::<String>()),
@@ -132,7 +137,16 @@ proptest! {
             .iter()
             .map(|(name, value)| (name.as_bytes(), value.as_bytes()))
             .collect();
+        for (name, _) in &view_pairs {
+            let name = std::str::from_utf8(name).unwrap();
+            prop_assert_eq!(
+                view.property(name),
+                find_property(&decoded.properties, name).map(str::as_bytes)
+            );
+        }
         prop_assert_eq!(view_pairs, decoded_pairs);
+        let tags = find_property(&decoded.properties, property::TAGS);
+        prop_assert_eq!(view.tags_code(), tags.map_or(0, tags_code));
     }
 
     #[test]
