@@ -14,9 +14,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use quiver_record::{blank_marker, index_key_hash, patch_offsets, RecordView, BLANK_BYTES};
+
 use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::index::KeyEntry;
-use crate::record::{self, BLANK_BYTES};
 use crate::shared::Shared;
 use crate::types::{
     Append, AppendDone, AppendError, AppendOutcome, Appended, FlushStatus, StoreConfig,
@@ -60,7 +61,8 @@ pub fn validate(request: &Append, config: &StoreConfig) -> Result<usize, AppendE
                 limit_bytes: config.record_bytes_max as usize,
             });
         }
-        let view = record::parse(&r.bytes).map_err(|e| AppendError::Malformed(e.to_string()))?;
+        let view =
+            RecordView::parse(&r.bytes).map_err(|e| AppendError::Malformed(e.to_string()))?;
         if !valid_topic(&r.topic) {
             return Err(AppendError::Malformed(format!(
                 "invalid topic name {:?}",
@@ -301,7 +303,7 @@ impl Appender {
             let total: u64 = job.records.iter().map(|r| r.bytes.len() as u64).sum();
             if position + total + BLANK_BYTES > base + segment_bytes {
                 self.buf
-                    .extend_from_slice(&record::blank_marker(base + segment_bytes - position));
+                    .extend_from_slice(&blank_marker(base + segment_bytes - position));
                 self.chunks.push(Chunk {
                     base,
                     file_offset: self.position.max(base) - base,
@@ -335,10 +337,10 @@ impl Appender {
                 );
                 let start = self.buf.len();
                 self.buf.extend_from_slice(&r.bytes);
-                record::patch_offsets(&mut self.buf[start..], offset, position);
+                patch_offsets(&mut self.buf[start..], offset, position);
                 for key in &r.keys {
                     self.keys.push(KeyEntry {
-                        key_hash: record::index_key_hash(&r.topic, key),
+                        key_hash: index_key_hash(&r.topic, key),
                         position,
                         store_timestamp_ms: r.store_timestamp_ms,
                     });

@@ -1,7 +1,7 @@
 //! Quiver's storage engine: RocketMQ's CommitLog, ConsumeQueues and key index on disk,
 //! written by one appender at a time in groups and read concurrently without opening files.
 //!
-//! Layers, lowest first: `record` (the stored-message layout), `commitlog` (segments),
+//! Layers, lowest first: the stored-message layout (the `quiver-record` crate), `commitlog` (segments),
 //! `consume_queue`, `index`, `checkpoint`; then `recovery` (open), `appender`, `group_commit`
 //! and `flusher` (threads), `read` (the read path). This crate never uses tokio and knows nothing of the wire.
 
@@ -17,7 +17,6 @@ mod index;
 mod index_file;
 mod prealloc;
 mod read;
-pub mod record;
 mod recovery;
 mod retention;
 mod shared;

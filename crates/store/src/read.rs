@@ -10,8 +10,12 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use quiver_record::{
+    index_key_hash, is_record_magic, read_i32, store_timestamp_from_prefix, RecordView, MAGIC_AT,
+    RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES, TOTAL_SIZE_AT,
+};
+
 use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
-use crate::record::{self, RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES};
 use crate::shared::Shared;
 use crate::types::{Boundary, QueueRead, ReadError, ReadStatus};
 
@@ -254,9 +258,9 @@ fn read_run(
     let mut record_at = at;
     let mut position = run.start;
     for (record, size) in sizes.iter().enumerate().skip(run.first) {
-        let total = record::read_i32(out, record_at).unwrap_or(-1);
-        let magic = record::read_i32(out, record_at + 4).unwrap_or(0);
-        if total != *size as i32 || !record::is_record_magic(magic) {
+        let total = read_i32(out, record_at).unwrap_or(-1);
+        let magic = read_i32(out, record_at + MAGIC_AT).unwrap_or(0);
+        if total != *size as i32 || !is_record_magic(magic) {
             out.truncate(record_at);
             return Ok(damage(
                 record,
@@ -277,7 +281,7 @@ fn store_timestamp(shared: &Shared, queue: &ConsumeQueue, offset: u64) -> Result
     let mut prefix = [0u8; STORE_TIMESTAMP_PREFIX_BYTES];
     let n = (entry.size as usize).min(STORE_TIMESTAMP_PREFIX_BYTES);
     shared.segments.read_at(entry.position, &mut prefix[..n])?;
-    record::store_timestamp_from_prefix(&prefix[..n]).ok_or(ReadError::NoRecord(entry.position))
+    store_timestamp_from_prefix(&prefix[..n]).ok_or(ReadError::NoRecord(entry.position))
 }
 
 /// Lower: the first offset stored at or after `timestamp_ms` (max if none).
@@ -353,17 +357,17 @@ pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError>
     };
     let mut head = [0u8; 8];
     read(&mut head)?;
-    let total = record::read_i32(&head, 0).unwrap_or(-1);
-    let magic = record::read_i32(&head, 4).unwrap_or(0);
+    let total = read_i32(&head, TOTAL_SIZE_AT).unwrap_or(-1);
+    let magic = read_i32(&head, MAGIC_AT).unwrap_or(0);
     let fits = total >= RECORD_BYTES_MIN as i32
         && total as u64 <= shared.config.segment_bytes
         && position + total as u64 <= written;
-    if !record::is_record_magic(magic) || !fits {
+    if !is_record_magic(magic) || !fits {
         return Err(ReadError::NoRecord(position));
     }
     let mut bytes = vec![0u8; total as usize];
     read(&mut bytes)?;
-    match record::parse(&bytes) {
+    match RecordView::parse(&bytes) {
         Ok(view) if view.physical_offset == position as i64 => Ok(bytes),
         _ => Err(ReadError::NoRecord(position)),
     }
@@ -387,7 +391,7 @@ pub fn query_by_key(
     }
     let mut seen = HashSet::new();
     let mut found_bytes = 0;
-    let key_hash = record::index_key_hash(topic, key);
+    let key_hash = index_key_hash(topic, key);
     shared
         .index
         .query(key_hash, begin_ms, end_ms, &mut |position| {
@@ -400,7 +404,7 @@ pub fn query_by_key(
                 Err(ReadError::NoRecord(_) | ReadError::Corrupt { .. }) => return Ok(true),
                 Err(e) => return Err(e),
             };
-            let matches = record::parse(&bytes).is_ok_and(|view| {
+            let matches = RecordView::parse(&bytes).is_ok_and(|view| {
                 let mut has_key = false;
                 view.for_each_key(|k| has_key |= k == key);
                 view.topic == topic

@@ -9,6 +9,11 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
+use quiver_record::{
+    index_key_hash, is_record_magic, read_i32, RecordView, BLANK_BYTES, MAGIC_AT, MAGIC_BLANK,
+    PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN, TOTAL_SIZE_AT,
+};
+
 use crate::appender::valid_topic;
 use crate::checkpoint::{self, Checkpoint};
 use crate::commitlog::{segment_too_long, Segments};
@@ -17,7 +22,6 @@ use crate::damaged;
 use crate::deleted::{self, Deletions};
 use crate::index::{Index, KeyEntry};
 use crate::prealloc::Preallocation;
-use crate::record::{self, BLANK_BYTES, MAGIC_BLANK, PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN};
 use crate::shared::{BadRange, QueueMap, Shared};
 use crate::types::{OpenError, RecoveryReport, StoreConfig};
 
@@ -541,7 +545,7 @@ impl Scan<'_> {
             Err(step) => return Ok(step),
         };
         let bytes = reader.get(at, total as usize)?;
-        let view = match record::parse(bytes) {
+        let view = match RecordView::parse(bytes) {
             Ok(view) => view,
             Err(e) => return Ok(Step::Invalid(e.to_string())),
         };
@@ -575,7 +579,7 @@ impl Scan<'_> {
         let mut keys = std::mem::take(&mut self.keys);
         view.for_each_key(|key| {
             keys.push(KeyEntry {
-                key_hash: record::index_key_hash(view.topic, key),
+                key_hash: index_key_hash(view.topic, key),
                 position,
                 store_timestamp_ms: view.store_timestamp_ms,
             })
@@ -658,8 +662,8 @@ impl Scan<'_> {
         if head.iter().all(|b| *b == 0) {
             return Ok(Err(Step::Zeros));
         }
-        let total = record::read_i32(head, 0).unwrap_or(-1);
-        let magic = record::read_i32(head, 4).unwrap_or(0);
+        let total = read_i32(head, TOTAL_SIZE_AT).unwrap_or(-1);
+        let magic = read_i32(head, MAGIC_AT).unwrap_or(0);
         if magic == MAGIC_BLANK {
             return Ok(if total as i64 == (segment_bytes - at) as i64 {
                 Err(Step::Blank)
@@ -669,7 +673,7 @@ impl Scan<'_> {
                 )))
             });
         }
-        if !record::is_record_magic(magic) {
+        if !is_record_magic(magic) {
             return Ok(Err(Step::Invalid(format!("bad MAGIC {magic:#x}"))));
         }
         // Not bounded by `record_bytes_max`: that limits appends, and lowering it must not turn
@@ -687,7 +691,7 @@ impl Scan<'_> {
             return Ok(Err(Step::Invalid("torn record".to_string())));
         }
         let bytes = reader.get(at, total as usize)?;
-        let view = match record::parse(bytes) {
+        let view = match RecordView::parse(bytes) {
             Ok(view) => view,
             Err(e) => return Ok(Err(Step::Invalid(e.to_string()))),
         };

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::*;
 use proptest::prelude::*;
-use quiver_store::record::tags_code;
+use quiver_record::tags_code;
 use quiver_store::{FlushMode, ReadStatus, Store, StoreConfig};
 
 const TOPICS: [&str; 2] = ["Alpha", "Beta"];

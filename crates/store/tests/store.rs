@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use common::*;
-use quiver_store::record::tags_code;
+use quiver_record::tags_code;
 use quiver_store::{
     Append, AppendError, Boundary, FlushMode, FlushStatus, OpenError, ReadError, ReadStatus, Store,
 };

@@ -1,5 +1,6 @@
 //! Codec for Apache RocketMQ's "remoting" protocol: frames and their two header encodings, typed
-//! request/response headers, the stored-message record, the batch-send body and the JSON bodies.
+//! request/response headers, the batch-send body and the JSON bodies. The stored-message record
+//! those bodies carry is `quiver-record`'s, re-exported as `message`.
 //!
 //! This crate does no I/O and owns no runtime: callers hand it bytes and get values back (or a
 //! "need more bytes" answer), so the same code serves the broker, the name server and test clients.

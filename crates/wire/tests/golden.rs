@@ -177,49 +177,18 @@ fn pull_response_body_holds_stored_messages() {
     let header = PullMessageResponseHeader::from_ext(cmd.ext.as_ref().unwrap()).unwrap();
     assert_eq!(header.next_begin_offset, 74);
     assert_eq!(header.max_offset, 74);
-    let messages = StoredMessage::decode_all(&cmd.body).unwrap();
-    assert_eq!(messages.len(), 10);
-    for (index, message) in messages.iter().enumerate() {
-        assert_eq!(message.topic, "wire_bench");
-        assert_eq!(message.queue_id, 3);
-        assert_eq!(message.queue_offset, 64 + index as i64);
-        assert_eq!(message.body.len(), 128);
-        assert_eq!(message.store_host, "127.0.0.1:10911".parse().unwrap());
-        assert!(message.property(property::UNIQ_KEY).is_some());
-    }
-    assert_eq!(messages[0].physical_offset, 93340);
-    // Every record re-encodes to the captured bytes, CRC included.
-    let mut again = Vec::new();
-    for message in &messages {
-        message.encode(&mut again).unwrap();
-    }
-    assert_eq!(again, &cmd.body[..]);
-    for (message, size) in messages.iter().map(|m| (m, m.encoded_len())) {
-        assert_eq!(size, 359, "{}", message.queue_offset);
-    }
-    assert!(StoredMessage::decode(&cmd.body, true).is_ok());
+    // The records themselves are checked in quiver-record's golden tests.
+    assert_eq!(StoredMessage::decode_all(&cmd.body).unwrap().len(), 10);
 }
 
 #[test]
 fn pop_and_lite_pull_bodies_decode() {
     let pop = decode_one(&golden!("pop_response_json"));
-    let messages = StoredMessage::decode_all(&pop.body).unwrap();
-    let offsets: Vec<(i32, i64)> = messages
-        .iter()
-        .map(|m| (m.queue_id, m.queue_offset))
-        .collect();
-    assert_eq!(offsets, [(3, 0), (2, 0), (2, 1), (2, 2), (1, 0)]);
-    assert!(messages.iter().all(|m| m.topic == "wire_json"));
-    assert_eq!(
-        messages[1].offset_msg_id(),
-        "7F00000100002A9F000000000001B112"
-    );
+    assert_eq!(StoredMessage::decode_all(&pop.body).unwrap().len(), 5);
     assert_eq!(pop.ext_get("reviveQid"), Some("0"));
 
     let lite = decode_one(&golden!("lite_pull_response_json"));
-    let messages = StoredMessage::decode_all(&lite.body).unwrap();
-    assert_eq!(messages.len(), 1);
-    assert_eq!(messages[0].physical_offset, 111502);
+    assert_eq!(StoredMessage::decode_all(&lite.body).unwrap().len(), 1);
 }
 
 #[test]

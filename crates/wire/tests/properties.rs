@@ -1,7 +1,6 @@
-//! Property tests: encode/decode round trips for frames, stored messages, batches and
-//! properties, and "never panics, never over-allocates" on arbitrary input.
-
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+//! Property tests: encode/decode round trips for frames and batches, and "never panics, never
+//! over-allocates" on arbitrary input. Stored messages, properties and message ids are tested
+//! in `quiver-record`, which owns them.
 
 use bytes::{Bytes, BytesMut};
 use proptest::collection::{btree_map, vec};
@@ -74,69 +73,6 @@ fn encode(cmd: &Command) -> BytesMut {
     out
 }
 
-fn arb_host() -> impl Strategy<Value = SocketAddr> {
-    prop_oneof![
-        (any::<u32>(), any::<u16>())
-            .prop_map(|(ip, port)| SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port)),
-        (any::<u128>(), any::<u16>())
-            .prop_map(|(ip, port)| SocketAddr::new(IpAddr::V6(Ipv6Addr::from(ip)), port)),
-    ]
-}
-
-fn arb_message() -> impl Strategy<Value = StoredMessage> {
-    (
-        (
-            any::<i32>(),
-            any::<i32>(),
-            any::<i64>(),
-            any::<i64>(),
-            any::<i32>(),
-        ),
-        (any::<i64>(), arb_host(), any::<i64>(), arb_host()),
-        (any::<i32>(), any::<i64>()),
-        vec(any::<u8>(), 0..300),
-        "[a-zA-Z0-9_%|-]{1,200}",
-        any::<String>().prop_map(|s| s.chars().take(100).collect::<String>()),
-    )
-        .prop_map(
-            |(
-                (queue_id, flag, queue_offset, physical_offset, sys_flag),
-                (born_timestamp, born_host, store_timestamp, store_host),
-                (reconsume_times, prepared_transaction_offset),
-                body,
-                topic,
-                properties,
-            )| StoredMessage {
-                queue_id,
-                flag,
-                queue_offset,
-                physical_offset,
-                sys_flag,
-                born_timestamp,
-                born_host,
-                store_timestamp,
-                store_host,
-                reconsume_times,
-                prepared_transaction_offset,
-                body: Bytes::from(body),
-                topic,
-                properties,
-            },
-        )
-}
-
-fn with_host_bits(message: &StoredMessage) -> StoredMessage {
-    let mut expected = message.clone();
-    expected.sys_flag &= !(sys_flag::BORN_HOST_V6 | sys_flag::STORE_HOST_V6);
-    if message.born_host.is_ipv6() {
-        expected.sys_flag |= sys_flag::BORN_HOST_V6;
-    }
-    if message.store_host.is_ipv6() {
-        expected.sys_flag |= sys_flag::STORE_HOST_V6;
-    }
-    expected
-}
-
 /// Runs the decoder over `bytes` the way a connection would, and checks it never reserves
 /// more than one maximal frame.
 fn drain(bytes: &[u8]) {
@@ -201,36 +137,6 @@ proptest! {
     }
 
     #[test]
-    fn stored_messages_round_trip(messages in vec(arb_message(), 1..4)) {
-        let mut buf = Vec::new();
-        for message in &messages {
-            let before = buf.len();
-            message.encode(&mut buf).unwrap();
-            prop_assert_eq!(buf.len() - before, message.encoded_len());
-        }
-        let decoded = StoredMessage::decode_all(&buf).unwrap();
-        let expected: Vec<StoredMessage> = messages.iter().map(with_host_bits).collect();
-        prop_assert_eq!(decoded, expected);
-        let (_, size) = StoredMessage::decode(&buf, true).unwrap();
-        prop_assert_eq!(size, messages[0].encoded_len());
-    }
-
-    #[test]
-    fn stored_message_decoding_never_panics(bytes in vec(any::<u8>(), 0..400)) {
-        let _ = StoredMessage::decode(&bytes, true);
-        let _ = StoredMessage::decode_all(&bytes);
-    }
-
-    #[test]
-    fn corrupted_records_never_panic(message in arb_message(), at in any::<prop::sample::Index>(), byte in any::<u8>()) {
-        let mut buf = Vec::new();
-        message.encode(&mut buf).unwrap();
-        let position = at.index(buf.len());
-        buf[position] = byte;
-        let _ = StoredMessage::decode_all(&buf);
-    }
-
-    #[test]
     fn batches_round_trip(entries in vec(
         (any::<i32>(), vec(any::<u8>(), 0..100), any::<String>()).prop_map(|(flag, body, properties)| BatchEntry {
             flag,
@@ -246,32 +152,6 @@ proptest! {
     #[test]
     fn batch_decoding_never_panics(bytes in vec(any::<u8>(), 0..400)) {
         let _ = decode_batch(&bytes);
-    }
-
-    #[test]
-    fn properties_round_trip(pairs in vec(("[^\u{1}\u{2}]{1,12}", "[^\u{2}]{1,12}"), 0..8)) {
-        let raw = encode_properties(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        prop_assert_eq!(decode_properties(&raw), pairs.clone());
-        for (name, _) in &pairs {
-            let last = pairs.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-            prop_assert_eq!(find_property(&raw, name), last);
-        }
-    }
-
-    #[test]
-    fn offset_msg_ids_round_trip(host in arb_host(), offset in any::<i64>()) {
-        let id = offset_msg_id(host, offset);
-        prop_assert_eq!(id.len(), if host.is_ipv4() { 32 } else { 56 });
-        prop_assert_eq!(decode_offset_msg_id(&id), Ok((host, offset)));
-    }
-
-    #[test]
-    fn java_hash_matches_the_definition(text in any::<String>()) {
-        let mut expected: i32 = 0;
-        for unit in text.encode_utf16() {
-            expected = expected.wrapping_mul(31).wrapping_add(unit as i32);
-        }
-        prop_assert_eq!(java_string_hash(&text), expected);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use quiver_store::record::{self, RecordBuilder};
+use quiver_record::{tags_code, RecordBuilder};
 use quiver_store::{
     Append, AppendError, AppendOutcome, Appended, FlushMode, ReadStatus, Record, Store, StoreConfig,
 };
@@ -75,7 +75,7 @@ pub fn record(spec: Spec) -> Record {
     Record {
         topic: spec.topic.to_string(),
         queue_id: spec.queue_id,
-        tags_code: spec.tags.map_or(0, record::tags_code),
+        tags_code: spec.tags.map_or(0, tags_code),
         keys,
         store_timestamp_ms: spec.store_timestamp_ms,
         bytes,

@@ -1,4 +1,8 @@
-//! Message properties: `name 0x01 value 0x02` pairs, parsed with Java's rules.
+//! Message properties: `name 0x01 value 0x02` pairs, parsed with Java's rules
+//! (`MessageDecoder.string2messageProperties`). The separators are spelled here only; other
+//! code reads and edits properties through these functions.
+
+use std::ops::Range;
 
 /// Message property names (`MessageConst`).
 pub mod property {
@@ -34,8 +38,53 @@ pub mod property {
     pub const DLQ_ORIGIN_MESSAGE_ID: &str = "DLQ_ORIGIN_MESSAGE_ID";
 }
 
-const NAME_VALUE_SEPARATOR: char = '\u{1}';
-const PROPERTY_SEPARATOR: char = '\u{2}';
+/// Ends a property's name.
+pub const NAME_VALUE_SEPARATOR: u8 = 0x01;
+/// Ends a property's value.
+pub const PROPERTY_SEPARATOR: u8 = 0x02;
+
+/// The byte ranges of each pair's name and value. Both separators are single ASCII bytes, so
+/// the scan looks for bytes: every send reads its properties several times, and `str::split`
+/// by `char` pays a comparison call per match. Being ASCII, the separators also never fall
+/// inside a UTF-8 character, so the ranges slice a `str` at character boundaries.
+fn pair_ranges(raw: &[u8]) -> impl Iterator<Item = (Range<usize>, Range<usize>)> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || loop {
+        if start >= raw.len() {
+            return None;
+        }
+        let end = raw[start..]
+            .iter()
+            .position(|b| *b == PROPERTY_SEPARATOR)
+            .map_or(raw.len(), |at| start + at);
+        let segment = start..end;
+        start = end + 1;
+        // Split at the first name/value separator; later ones belong to the value.
+        let Some(middle) = raw[segment.clone()]
+            .iter()
+            .position(|b| *b == NAME_VALUE_SEPARATOR)
+            .map(|at| segment.start + at)
+        else {
+            continue;
+        };
+        let (name, value) = (segment.start..middle, middle + 1..segment.end);
+        // Java drops a pair with an empty name or value.
+        if !name.is_empty() && !value.is_empty() {
+            return Some((name, value));
+        }
+    })
+}
+
+/// The pairs of a property string in order, duplicates kept.
+pub(crate) fn property_pairs(raw: &str) -> impl Iterator<Item = (&str, &str)> {
+    pair_ranges(raw.as_bytes()).map(move |(name, value)| (&raw[name], &raw[value]))
+}
+
+/// The pairs of stored property bytes, which a record read from disk does not promise to be
+/// UTF-8.
+pub(crate) fn property_byte_pairs(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    pair_ranges(raw).map(move |(name, value)| (&raw[name], &raw[value]))
+}
 
 /// Splits a property string with Java's rules: pairs end in 0x02, the first 0x01 splits name
 /// from value, and a pair with an empty name or value is dropped. Duplicates are kept in order.
@@ -43,32 +92,6 @@ pub fn decode_properties(raw: &str) -> Vec<(String, String)> {
     property_pairs(raw)
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect()
-}
-
-/// Both separators are single ASCII bytes, so the scan looks for bytes: every send reads its
-/// properties several times, and `str::split` by `char` pays a comparison call per match.
-fn property_pairs(raw: &str) -> impl Iterator<Item = (&str, &str)> {
-    let mut rest = raw;
-    std::iter::from_fn(move || loop {
-        if rest.is_empty() {
-            return None;
-        }
-        let end = byte_position(rest, PROPERTY_SEPARATOR as u8).unwrap_or(rest.len());
-        let segment = &rest[..end];
-        rest = rest.get(end + 1..).unwrap_or("");
-        // Split at the first name/value separator; later ones belong to the value.
-        let Some(middle) = byte_position(segment, NAME_VALUE_SEPARATOR as u8) else {
-            continue;
-        };
-        let (name, value) = (&segment[..middle], &segment[middle + 1..]);
-        if !name.is_empty() && !value.is_empty() {
-            return Some((name, value));
-        }
-    })
-}
-
-fn byte_position(text: &str, separator: u8) -> Option<usize> {
-    text.bytes().position(|b| b == separator)
 }
 
 /// Joins pairs as `name 0x01 value 0x02`. Pairs with an empty name or value are skipped,
@@ -79,12 +102,16 @@ pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>
         if name.is_empty() || value.is_empty() {
             continue;
         }
-        out.push_str(name);
-        out.push(NAME_VALUE_SEPARATOR);
-        out.push_str(value);
-        out.push(PROPERTY_SEPARATOR);
+        push_pair(&mut out, name, value);
     }
     out
+}
+
+fn push_pair(out: &mut String, name: &str, value: &str) {
+    out.push_str(name);
+    out.push(char::from(NAME_VALUE_SEPARATOR));
+    out.push_str(value);
+    out.push(char::from(PROPERTY_SEPARATOR));
 }
 
 /// The value of `name` without allocating. The last occurrence wins, as in Java's HashMap.
@@ -93,6 +120,32 @@ pub fn find_property<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
         .filter(|(candidate, _)| *candidate == name)
         .last()
         .map(|(_, value)| value)
+}
+
+/// Appends `name` = `value`. A last pair left without its 0x02 is closed first, so the new
+/// pair is not read as part of its value. Appending a name already present makes a duplicate,
+/// which readers resolve as Java does (the last wins); `with_property` replaces instead.
+pub fn push_property(properties: &mut String, name: &str, value: &str) {
+    if !properties.is_empty() && !properties.ends_with(char::from(PROPERTY_SEPARATOR)) {
+        properties.push(char::from(PROPERTY_SEPARATOR));
+    }
+    push_pair(properties, name, value);
+}
+
+/// `properties` with `name` set to `value`, replacing any earlier value.
+pub fn with_property(properties: &str, name: &str, value: &str) -> String {
+    let mut out = without_property(properties, name);
+    push_property(&mut out, name, value);
+    out
+}
+
+/// `properties` without `name`; unchanged (not re-encoded) when it is absent, so a message
+/// stored again keeps its bytes.
+pub fn without_property(properties: &str, name: &str) -> String {
+    if find_property(properties, name).is_none() {
+        return properties.to_owned();
+    }
+    encode_properties(property_pairs(properties).filter(|(candidate, _)| *candidate != name))
 }
 
 /// The properties a broker reads on every send, found in one pass over the string (a send
@@ -146,6 +199,13 @@ mod tests {
             encode_properties([("K", "v"), ("", "x"), ("E", "")]),
             "K\u{1}v\u{2}"
         );
+        // An unterminated last pair still counts; bytes and text agree.
+        assert_eq!(find_property("A\u{1}é", "A"), Some("é"));
+        let bytes: Vec<_> = property_byte_pairs(raw.as_bytes()).collect();
+        let text: Vec<_> = property_pairs(raw)
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        assert_eq!(bytes, text);
     }
 
     #[test]
@@ -165,5 +225,30 @@ mod tests {
         assert_eq!(found.tags, Some("b"));
         assert!(found.pop_ck);
         assert_eq!(SendProperties::scan(""), SendProperties::default());
+    }
+
+    #[test]
+    fn with_property_replaces_and_without_property_removes() {
+        let raw = "TAGS\u{1}a\u{2}DELAY\u{1}3\u{2}";
+        assert_eq!(
+            with_property(raw, "DELAY", "5"),
+            "TAGS\u{1}a\u{2}DELAY\u{1}5\u{2}"
+        );
+        assert_eq!(without_property(raw, "DELAY"), "TAGS\u{1}a\u{2}");
+        // Absent: the very bytes come back, junk included.
+        let junk = "junk\u{2}TAGS\u{1}a\u{2}";
+        assert_eq!(without_property(junk, "DELAY"), junk);
+        assert_eq!(with_property("", "K", "v"), "K\u{1}v\u{2}");
+    }
+
+    #[test]
+    fn push_property_closes_an_unterminated_last_pair() {
+        let mut raw = String::from("A\u{1}1");
+        push_property(&mut raw, "B", "2");
+        assert_eq!(raw, "A\u{1}1\u{2}B\u{1}2\u{2}");
+        assert_eq!(find_property(&raw, "A"), Some("1"));
+        let mut empty = String::new();
+        push_property(&mut empty, "B", "2");
+        assert_eq!(empty, "B\u{1}2\u{2}");
     }
 }
