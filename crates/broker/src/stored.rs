@@ -4,33 +4,8 @@
 //! async code.
 
 use quiver_store::{Append, AppendError, AppendOutcome, Record, Store};
-use quiver_wire::message::{
-    decode_properties, encode_properties, find_property, property, tags_code, StoredMessage,
-};
-
-/// `properties` with `name` set to `value` (replacing any earlier value).
-pub fn with_property(properties: &str, name: &str, value: &str) -> String {
-    let mut out = without_property(properties, name);
-    out.push_str(name);
-    out.push('\u{1}');
-    out.push_str(value);
-    out.push('\u{2}');
-    out
-}
-
-/// `properties` without `name`; unchanged (not re-encoded) when it is absent.
-pub fn without_property(properties: &str, name: &str) -> String {
-    if find_property(properties, name).is_none() {
-        return properties.to_string();
-    }
-    let pairs = decode_properties(properties);
-    encode_properties(
-        pairs
-            .iter()
-            .filter(|(k, _)| k != name)
-            .map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-}
+use quiver_wire::message::{find_property, property, tags_code, StoredMessage};
+pub use quiver_wire::message::{with_property, without_property};
 
 /// The tag code RocketMQ stores in the ConsumeQueue: the hash of TAGS, or 0.
 pub fn tags_code_of(properties: &str) -> i64 {

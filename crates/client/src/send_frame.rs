@@ -8,11 +8,9 @@
 //! `quiver_wire::batch`.
 
 use bytes::{BufMut, BytesMut};
+use quiver_wire::message::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 use quiver_wire::{LanguageCode, FLAG_ONEWAY, FRAME_BYTES_MAX, SERVER_VERSION};
 
-/// Property separators (`name 0x01 value 0x02`).
-const NAME_VALUE_SEPARATOR: u8 = 1;
-const PROPERTY_SEPARATOR: u8 = 2;
 /// Length word + serialize-type/header-length word.
 const FRAME_PREFIX_BYTES: usize = 8;
 /// Serialize type of the binary header, in the top byte of the second word.

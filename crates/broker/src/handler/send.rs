@@ -8,7 +8,8 @@ use quiver_wire::batch::decode_batch;
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{ext_or_err, SendMessageHeader, SendMessageResponseHeader};
 use quiver_wire::message::{
-    find_property, offset_msg_id, property, tags_code, SendProperties, StoredMessage,
+    find_property, offset_msg_id, property, push_property, tags_code, SendProperties,
+    StoredMessage, PROPERTY_SEPARATOR,
 };
 use quiver_wire::Command;
 
@@ -308,8 +309,9 @@ impl RecordBuilder<'_> {
             copy.push_str(raw);
             copy
         };
-        if !properties.is_empty() && !properties.ends_with('\u{2}') {
-            properties.push('\u{2}');
+        let end = char::from(PROPERTY_SEPARATOR);
+        if !properties.is_empty() && !properties.ends_with(end) {
+            properties.push(end);
         }
         let uniq_key = match found.uniq_key {
             Some(existing) => existing.to_string(),
@@ -328,13 +330,6 @@ impl RecordBuilder<'_> {
         }
         (properties, uniq_key)
     }
-}
-
-fn push_property(properties: &mut String, name: &str, value: &str) {
-    properties.push_str(name);
-    properties.push('\u{1}');
-    properties.push_str(value);
-    properties.push('\u{2}');
 }
 
 fn respond(
