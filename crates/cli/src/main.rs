@@ -1,6 +1,8 @@
 //! The `quiver` binary: `up` (name server and broker in one process), `namesrv`, `broker`, and
 //! `bench produce` / `bench consume` (load generators that report RocketMQ's benchmark figures).
 
+mod log;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -76,14 +78,14 @@ fn main() -> ExitCode {
         Command::Bench { .. } => "warn",
         _ => "info",
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
-        )
-        .init();
+    let summaries = log::init(default_log);
+    let code = run(cli);
+    // A stop inside a summary window would otherwise lose its count of dropped lines.
+    summaries.write_all();
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
     if let Command::Bench { command } = cli.command {
         // The bench builds its own small runtime (1-2 workers): its senders are tasks.
         return match quiver_bench::run(command) {
