@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
+use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::index::KeyEntry;
 use crate::record::{self, BLANK_BYTES};
 use crate::shared::Shared;

@@ -6,16 +6,10 @@
 //! and `flusher` (threads), `read` (the read path). This crate never uses tokio and knows nothing of the wire.
 
 mod appender;
-mod checkpoint;
-mod commitlog;
-mod consume_queue;
-mod damaged;
-mod deleted;
-mod flusher;
-mod group_commit;
+mod durability;
 mod index;
-mod index_file;
-mod prealloc;
+mod log;
+mod queues;
 mod read;
 pub mod record;
 mod recovery;
@@ -36,7 +30,10 @@ pub use types::{
 };
 
 use appender::Appender;
-use group_commit::GroupCommit;
+use durability::group_commit::GroupCommit;
+use durability::{checkpoint, flusher};
+use log::prealloc;
+use queues::deleted;
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
 pub use shared::ArrivalListener;
 use shared::Shared;

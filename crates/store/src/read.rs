@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
+use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::record::{self, RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES};
 use crate::shared::Shared;
 use crate::types::{Boundary, QueueRead, ReadError, ReadStatus};

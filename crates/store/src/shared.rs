@@ -8,12 +8,12 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::checkpoint::{self, Checkpoint};
-use crate::commitlog::Segments;
-use crate::consume_queue::ConsumeQueue;
-use crate::deleted::{self, Deletions};
+use crate::durability::checkpoint::{self, Checkpoint};
+use crate::log::commitlog::Segments;
+use crate::queues::consume_queue::ConsumeQueue;
+use crate::queues::deleted::{self, Deletions};
 use crate::index::Index;
-use crate::prealloc::Preallocation;
+use crate::log::prealloc::Preallocation;
 use crate::types::{OpenError, StoreConfig};
 
 /// `(topic, queue_id, new max_offset)`, called on the appender thread.

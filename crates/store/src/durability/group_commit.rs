@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 
 use crate::appender::SyncBatch;
-use crate::flusher;
+use crate::durability::flusher;
 use crate::relock;
 use crate::shared::Shared;
 

@@ -8,6 +8,8 @@
 //! which keeps the append path at one write per group. After a crash the on-disk slots may point
 //! at entries past the header's indexCount; `open` walks such chains back below it.
 
+pub mod index_file;
+
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::index_file::{
+use index_file::{
     entry_at, file_bytes, load_slots, next_name, slot_of, write_slots, zero_slots, Header,
     IndexEntry, IndexFile, HEADER_BYTES, NAME_DIGITS,
 };
@@ -207,7 +209,7 @@ impl Index {
         if let Some(old) = &w.active {
             old.seal(&w.header)?;
         }
-        let number = next_name(w.last_name, crate::checkpoint::now_ms());
+        let number = next_name(w.last_name, crate::durability::checkpoint::now_ms());
         let path = self.dir.join(format!("{number:0NAME_DIGITS$}"));
         let file = OpenOptions::new()
             .read(true)
@@ -219,7 +221,7 @@ impl Index {
         file.write_all_at(&header.encode(), 0)?;
         // The file's own fsyncs do not make its name durable, and a checkpoint past its entries
         // would otherwise outlive it after a power loss: recovery would not index them again.
-        crate::checkpoint::sync_parent_dir(&path)?;
+        crate::durability::checkpoint::sync_parent_dir(&path)?;
         let file = Arc::new(IndexFile {
             path,
             file,

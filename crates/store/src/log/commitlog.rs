@@ -156,7 +156,7 @@ impl Segments {
         );
         // Sync flush promises durability of what an fsync of the file covered; the file's
         // directory entry must be durable too, or a crash could lose the whole segment.
-        crate::checkpoint::sync_parent_dir(&path)?;
+        crate::durability::checkpoint::sync_parent_dir(&path)?;
         let mut files = self.files.write().expect("segment map lock poisoned");
         files.insert(base, Arc::clone(&file));
         Ok(file)

@@ -10,7 +10,7 @@
 use std::io;
 use std::path::Path;
 
-use crate::checkpoint;
+use crate::durability::checkpoint;
 use crate::shared::BadRange;
 
 /// The ranges in the file (none if there is no file). A line that is not two positions with

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-use crate::checkpoint;
+use crate::durability::checkpoint;
 
 const TRASH_MARK: &str = ".deleted-";
 

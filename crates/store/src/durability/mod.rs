@@ -1,0 +1,5 @@
+//! Durability.
+
+pub mod checkpoint;
+pub mod flusher;
+pub mod group_commit;

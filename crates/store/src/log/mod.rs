@@ -1,0 +1,5 @@
+//! The CommitLog.
+
+pub mod commitlog;
+pub mod damaged;
+pub mod prealloc;

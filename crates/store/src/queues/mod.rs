@@ -1,0 +1,4 @@
+//! The ConsumeQueues.
+
+pub mod consume_queue;
+pub mod deleted;
