@@ -6,8 +6,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use common::*;
 use quiver_store::record::tags_code;
 use quiver_store::{
-    AppendError, Append, Boundary, FlushMode, FlushStatus, OpenError, ReadError, ReadStatus,
-    Store,
+    Append, AppendError, Boundary, FlushMode, FlushStatus, OpenError, ReadError, ReadStatus, Store,
 };
 
 #[test]

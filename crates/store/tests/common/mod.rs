@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use quiver_store::record::{self, RecordBuilder};
 use quiver_store::{
-    AppendError, AppendOutcome, Append, Appended, FlushMode, ReadStatus, Record, Store,
-    StoreConfig,
+    Append, AppendError, AppendOutcome, Appended, FlushMode, ReadStatus, Record, Store, StoreConfig,
 };
 
 pub const WAIT: Duration = Duration::from_secs(20);
