@@ -1,51 +1,36 @@
 //! The appender: the only writer of the CommitLog, ConsumeQueues and index. It has no thread
-//! of its own: whoever appends takes it and writes everything queued (see `Store::drain`).
+//! of its own: whoever appends takes it and writes everything queued (see `Store::append`).
 //!
 //! Each turn takes every request waiting (a group, bounded by `GROUP_BYTES_MAX`), lays the
-//! records out in one buffer, writes it with one call per segment touched, writes one run of
-//! ConsumeQueue entries per queue and one run of index entries, publishes, and completes.
-//! A failed write rolls the files back to where the group started, so the log stays a sequence
-//! of whole records.
+//! records out in one buffer, has the CommitLog writer write it with one call per segment
+//! touched, dispatches (one run of ConsumeQueue entries per queue and one run of index
+//! entries), publishes, and completes. A failed write rolls the files back to where the group
+//! started, so the log stays a sequence of whole records.
+//!
+//! It holds the log's `Writer` and handles to the queues and the index, nothing more; a
+//! replica's write path would write through the same `Writer` and dispatch here.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quiver_record::{blank_marker, index_key_hash, patch_offsets, RecordView, BLANK_BYTES};
-
-use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
-use crate::index::KeyEntry;
-use crate::shared::Shared;
+use crate::durability::group_commit::SyncBatch;
+use crate::index::{Index, KeyEntry};
+use crate::log::Writer;
+use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
+use crate::queues::{valid_topic, Queues};
 use crate::types::{
-    Append, AppendDone, AppendError, AppendOutcome, Appended, FlushStatus, StoreConfig,
+    Append, AppendError, AppendOutcome, Appended, DeleteTopicError, FlushStatus, StoreConfig,
+    TopicDeletion,
 };
+use quiver_record::{RecordView, BLANK_BYTES};
 
 /// A group stops taking requests past this many bytes, so its buffer stays bounded even when
 /// the queue holds thousands of large batches; the rest form the next group.
 const GROUP_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Linux ENOSPC.
 const ENOSPC: i32 = 28;
-
-/// Completions waiting for an fsync that reaches `end_position` (sync flush).
-pub struct SyncBatch {
-    pub end_position: u64,
-    /// `Shared::fsync_failures` before the group was written.
-    pub failures_before: u64,
-    pub deadline: Instant,
-    pub completions: Vec<(AppendDone, AppendOutcome)>,
-}
-
-/// RocketMQ's topic character set; it also keeps topic names safe as directory names.
-pub fn valid_topic(topic: &str) -> bool {
-    !topic.is_empty()
-        && topic.len() <= 255
-        && topic
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'))
-}
 
 /// Checks a request on the caller's thread, so the appender only copies bytes.
 /// Returns the request's total size.
@@ -119,18 +104,18 @@ struct Chunk {
 }
 
 pub struct Appender {
-    shared: Arc<Shared>,
+    /// The CommitLog's writer: the next position and the active segment.
+    commitlog: Writer,
+    queues: Arc<Queues>,
+    index: Arc<Index>,
+    /// A cap on live CommitLog bytes (`StoreConfig::commitlog_bytes_max`).
+    commitlog_bytes_max: u64,
     /// With sync flush: how long a send may wait for its fsync (`syncFlushTimeout`).
     sync_timeout: Option<Duration>,
     /// With sync flush: written groups whose completions wait for an fsync.
     unsynced: Vec<SyncBatch>,
     /// The group being written; its allocation is reused from turn to turn.
     group: Vec<Append>,
-    /// Next byte to write; equals the published written position between groups.
-    position: u64,
-    segment_base: u64,
-    /// None until the segment at `segment_base` is created.
-    segment_file: Option<Arc<File>>,
     buf: Vec<u8>,
     chunks: Vec<Chunk>,
     writer_of: HashMap<String, HashMap<u32, usize>>,
@@ -143,20 +128,20 @@ pub struct Appender {
 
 impl Appender {
     pub fn new(
-        shared: Arc<Shared>,
+        commitlog: Writer,
+        queues: Arc<Queues>,
+        index: Arc<Index>,
+        commitlog_bytes_max: u64,
         sync_timeout: Option<Duration>,
-        segment_base: u64,
-        segment_file: Option<Arc<File>>,
     ) -> Appender {
-        let position = shared.written_position.load(Ordering::Acquire);
         Appender {
-            shared,
+            commitlog,
+            queues,
+            index,
+            commitlog_bytes_max,
             sync_timeout,
             unsynced: Vec::new(),
             group: Vec::new(),
-            position,
-            segment_base,
-            segment_file,
             buf: Vec::new(),
             chunks: Vec::new(),
             writer_of: HashMap::new(),
@@ -211,7 +196,7 @@ impl Appender {
             }
             return;
         }
-        let failures_before = self.shared.fsync_failures.load(Ordering::Acquire);
+        let failures_before = self.commitlog.log().fsync_failures();
         match self.write_group(group) {
             Ok(outcomes) => self.publish_and_complete(group, outcomes, failures_before),
             Err(e) => {
@@ -227,17 +212,18 @@ impl Appender {
     /// The configured cap on live CommitLog bytes, checked before anything is written; a
     /// group that would cross it fails whole (counting a possible end marker and roll).
     fn over_cap(&self, group: &[Append]) -> Option<AppendError> {
-        let cap_bytes = self.shared.config.commitlog_bytes_max;
+        let cap_bytes = self.commitlog_bytes_max;
         if cap_bytes == u64::MAX {
             return None;
         }
         let group_bytes: u64 = group.iter().map(|job| job_bytes(job) as u64).sum();
-        let min_position = self.shared.min_position.load(Ordering::Acquire);
-        let live_bytes = self.position.saturating_sub(min_position);
+        let log = self.commitlog.log();
+        let position = self.commitlog.position();
+        let live_bytes = position.saturating_sub(log.min_position());
         // A roll pads the rest of the current segment with its end marker.
-        let segment_end = self.segment_base + self.shared.config.segment_bytes;
-        let padding_bytes = if self.position + group_bytes + BLANK_BYTES > segment_end {
-            segment_end.saturating_sub(self.position)
+        let segment_end = self.commitlog.segment_base() + log.segment_bytes();
+        let padding_bytes = if position + group_bytes + BLANK_BYTES > segment_end {
+            segment_end.saturating_sub(position)
         } else {
             0
         };
@@ -249,14 +235,20 @@ impl Appender {
         })
     }
 
-    /// The next byte to write: between groups, the written position.
-    pub fn position(&self) -> u64 {
-        self.position
+    /// Deletes `topic`'s ConsumeQueues with the CommitLog at the next byte to write, between
+    /// groups, so that no append of the topic interleaves (see `Queues::delete_topic`).
+    pub fn delete_topic(&mut self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
+        let position = self.commitlog.position();
+        let deletion = self
+            .queues
+            .delete_topic(topic, position, self.commitlog.log())?;
+        self.forget_topic(topic);
+        Ok(deletion)
     }
 
-    /// Drops the topic's queue writers (its ConsumeQueues are being deleted): a later append
-    /// to the topic opens a new queue, with offsets from 0. Call between groups only.
-    pub fn forget_topic(&mut self, topic: &str) {
+    /// Drops the topic's queue writers (its ConsumeQueues are deleted): a later append to the
+    /// topic opens a new queue, with offsets from 0. Call between groups only.
+    fn forget_topic(&mut self, topic: &str) {
         self.writers.retain(|w| w.queue.topic != topic);
         self.writer_of.clear();
         for (i, writer) in self.writers.iter().enumerate() {
@@ -271,7 +263,7 @@ impl Appender {
         if let Some(i) = self.writer_of.get(topic).and_then(|m| m.get(&queue_id)) {
             return Ok(*i);
         }
-        let queue = self.shared.queue_or_create(topic, queue_id)?;
+        let queue = self.queues.get_or_create(topic, queue_id)?;
         let next_offset = queue.bounds().1;
         self.writers.push(QueueWriter {
             queue,
@@ -288,25 +280,27 @@ impl Appender {
         Ok(i)
     }
 
-    /// Lays out and writes the group; returns each request's entries and leaves `position`
-    /// and the segment unchanged until the caller publishes.
+    /// Lays out, writes and dispatches the group; returns each request's entries. Nothing is
+    /// published until the caller publishes.
     fn write_group(&mut self, group: &[Append]) -> io::Result<Vec<Vec<Appended>>> {
-        let segment_bytes = self.shared.config.segment_bytes;
+        let segment_bytes = self.commitlog.log().segment_bytes();
         self.buf.clear();
         self.chunks.clear();
         self.keys.clear();
-        let mut position = self.position;
-        let mut base = self.segment_base;
+        let start = self.commitlog.position();
+        let mut position = start;
+        let mut base = self.commitlog.segment_base();
         let mut chunk_start = 0;
         let mut outcomes = Vec::with_capacity(group.len());
         for job in group {
             let total: u64 = job.records.iter().map(|r| r.bytes.len() as u64).sum();
             if position + total + BLANK_BYTES > base + segment_bytes {
-                self.buf
-                    .extend_from_slice(&blank_marker(base + segment_bytes - position));
+                self.buf.extend_from_slice(&quiver_record::blank_marker(
+                    base + segment_bytes - position,
+                ));
                 self.chunks.push(Chunk {
                     base,
-                    file_offset: self.position.max(base) - base,
+                    file_offset: start.max(base) - base,
                     buf_start: chunk_start,
                     buf_end: self.buf.len(),
                 });
@@ -337,10 +331,10 @@ impl Appender {
                 );
                 let start = self.buf.len();
                 self.buf.extend_from_slice(&r.bytes);
-                patch_offsets(&mut self.buf[start..], offset, position);
+                quiver_record::patch_offsets(&mut self.buf[start..], offset, position);
                 for key in &r.keys {
                     self.keys.push(KeyEntry {
-                        key_hash: index_key_hash(&r.topic, key),
+                        key_hash: quiver_record::index_key_hash(&r.topic, key),
                         position,
                         store_timestamp_ms: r.store_timestamp_ms,
                     });
@@ -369,29 +363,19 @@ impl Appender {
                 .queue
                 .write_entries(writer.pending_first, &writer.pending)?;
         }
-        self.shared.index.add(&self.keys)?;
+        self.index.add(&self.keys)?;
         assert!(
             position - base < segment_bytes,
             "a segment always keeps room for its end marker"
         );
-        self.position = position;
+        self.commitlog.advance(position);
         Ok(outcomes)
     }
 
     fn write_chunks(&mut self) -> io::Result<()> {
         for chunk in &self.chunks {
-            let file = match &self.segment_file {
-                Some(file) if chunk.base == self.segment_base => Arc::clone(file),
-                _ => {
-                    let file = self.shared.segments.create(chunk.base)?;
-                    self.segment_base = chunk.base;
-                    self.segment_file = Some(Arc::clone(&file));
-                    file
-                }
-            };
-            self.shared.preallocation.write(
+            self.commitlog.write(
                 chunk.base,
-                &file,
                 chunk.file_offset,
                 &self.buf[chunk.buf_start..chunk.buf_end],
             )?;
@@ -401,26 +385,8 @@ impl Appender {
 
     /// Undoes a failed group: files back to the published state, offsets handed out again.
     fn rollback(&mut self) {
-        let published = self.shared.written_position.load(Ordering::Acquire);
-        let segment_bytes = self.shared.config.segment_bytes;
         let mut failures = Vec::new();
-        // Segments created by this group start past the published position.
-        while self.segment_file.is_some() && self.segment_base > published {
-            if let Err(e) = self.shared.segments.remove(self.segment_base) {
-                failures.push(e.to_string());
-            }
-            self.segment_base -= segment_bytes;
-            self.segment_file = self.shared.segments.find(self.segment_base).map(|(_, f)| f);
-        }
-        if self.segment_base > published {
-            self.segment_base = published;
-        }
-        if let Some(file) = &self.segment_file {
-            let preallocation = &self.shared.preallocation;
-            if let Err(e) = preallocation.truncate(self.segment_base, file, published) {
-                failures.push(e.to_string());
-            }
-        }
+        self.commitlog.roll_back(&mut failures);
         for &w in &self.touched {
             let writer = &mut self.writers[w];
             let published_offset = writer.queue.bounds().1;
@@ -431,7 +397,6 @@ impl Appender {
             }
         }
         self.touched.clear();
-        self.position = published;
         if !failures.is_empty() {
             self.broken = Some(format!(
                 "rolling back a failed append failed ({}); reopen the store to recover",
@@ -446,25 +411,15 @@ impl Appender {
         outcomes: Vec<Vec<Appended>>,
         failures_before: u64,
     ) {
-        let shared = &self.shared;
         let bytes = self.buf.len() as u64;
         let messages: usize = outcomes.iter().map(Vec::len).sum();
-        shared
-            .written_position
-            .store(self.position, Ordering::Release);
+        self.commitlog.publish();
         for &w in &self.touched {
             let writer = &self.writers[w];
             writer.queue.publish(writer.next_offset);
         }
-        shared
-            .messages_appended
-            .fetch_add(messages as u64, Ordering::Relaxed);
-        shared.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
-        let listener = shared
-            .listener
-            .read()
-            .expect("listener lock poisoned")
-            .clone();
+        self.commitlog.count_appended(messages as u64, bytes);
+        let listener = self.queues.listener();
         for &w in &self.touched {
             let writer = &mut self.writers[w];
             writer.touched = false;
@@ -488,7 +443,7 @@ impl Appender {
                 }
             }
             Some(timeout) => self.unsynced.push(SyncBatch {
-                end_position: self.position,
+                end_position: self.commitlog.position(),
                 failures_before,
                 deadline: Instant::now() + timeout,
                 completions: jobs

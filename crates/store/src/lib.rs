@@ -1,28 +1,33 @@
 //! Quiver's storage engine: RocketMQ's CommitLog, ConsumeQueues and key index on disk,
 //! written by one appender at a time in groups and read concurrently without opening files.
 //!
-//! Layers, lowest first: the stored-message layout (the `quiver-record` crate), `commitlog` (segments),
-//! `consume_queue`, `index`, `checkpoint`; then `recovery` (open), `appender`, `group_commit`
-//! and `flusher` (threads), `read` (the read path). This crate never uses tokio and knows nothing of the wire.
+//! Layers, lowest first, each a type with private state reached through its methods:
+//! - `record`: the stored-message layout; `durable_file`: atomic replacement and directory
+//!   fsyncs.
+//! - `log::Log` (`log/`): CommitLog segments, the written, flushed and min positions, fsync and
+//!   its failures, zero-filling ahead of the writer (`prealloc`), damaged ranges; its `Writer`
+//!   writes the CommitLog.
+//! - `queues::Queues` (`queues/`): the ConsumeQueues, deleted topics, the arrival listener.
+//! - `index::Index` (`index/`): the key index files.
+//! - `durability::Durability` and `GroupCommit` (`durability/`): the checkpoint, the background
+//!   flush and checkpoint threads, sync flush's group commit.
+//!
+//! Over them: `recovery` (open, builds the layers), `appender` (the write path: lays out
+//! records, writes through the log's `Writer`, dispatches to queues and index), `read` (the
+//! read path), `retention`. `Store` holds the layers and hands each of those only the ones it
+//! needs. This crate never uses tokio and knows nothing of the wire.
 
 mod appender;
-mod checkpoint;
-mod commitlog;
-mod consume_queue;
-mod damaged;
-mod deleted;
-mod flusher;
-mod group_commit;
+mod durability;
+mod durable_file;
 mod index;
-mod index_file;
-mod prealloc;
+mod log;
+mod queues;
 mod read;
 mod recovery;
 mod retention;
-mod shared;
 mod types;
 
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
@@ -35,10 +40,12 @@ pub use types::{
 };
 
 use appender::Appender;
-use group_commit::GroupCommit;
+use durability::{flusher, Durability, GroupCommit};
+use index::Index;
+use log::{prealloc, Log};
+pub use queues::ArrivalListener;
+use queues::Queues;
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
-pub use shared::ArrivalListener;
-use shared::Shared;
 
 /// With sync flush, the group commit for what one `Store::append` wrote: the fdatasync that
 /// completes those sends runs when this is dropped (or is left to a thread running one
@@ -63,7 +70,11 @@ pub struct Store {
 }
 
 struct Inner {
-    shared: Arc<Shared>,
+    config: StoreConfig,
+    log: Arc<Log>,
+    queues: Arc<Queues>,
+    index: Arc<Index>,
+    durability: Arc<Durability>,
     /// Requests waiting for the appender.
     queue: Mutex<Queue>,
     queue_capacity: usize,
@@ -78,6 +89,8 @@ struct Inner {
     stops: Mutex<Vec<mpsc::Sender<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: Mutex<bool>,
+    /// The store directory's lock, held while the store is open.
+    lock: Arc<std::fs::File>,
 }
 
 struct Queue {
@@ -92,6 +105,14 @@ fn relock<'a, T>(result: LockResult<MutexGuard<'a, T>>) -> MutexGuard<'a, T> {
 }
 
 impl Inner {
+    fn reader(&self) -> read::Reader<'_> {
+        read::Reader {
+            log: &self.log,
+            queues: &self.queues,
+            index: &self.index,
+        }
+    }
+
     fn queue(&self) -> MutexGuard<'_, Queue> {
         relock(self.queue.lock())
     }
@@ -102,7 +123,7 @@ impl Inner {
         {
             let mut queue = self.queue();
             for append in appends {
-                if let Err(error) = appender::validate(&append, &self.shared.config) {
+                if let Err(error) = appender::validate(&append, &self.config) {
                     refused.push((error, append.done));
                 } else if !queue.open {
                     refused.push((AppendError::Closed, append.done));
@@ -189,107 +210,41 @@ impl Drop for Inner {
     }
 }
 
-fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, OpenError> {
+/// Starts a store thread. It holds the directory's lock until it ends: a thread whose
+/// completion dropped the last handle to the store is not joined, and may still fsync.
+fn spawn(
+    name: &str,
+    lock: &Arc<std::fs::File>,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, OpenError> {
+    let lock = Arc::clone(lock);
     std::thread::Builder::new()
         .name(name.to_string())
-        .spawn(body)
+        .spawn(move || {
+            body();
+            drop(lock);
+        })
         .map_err(|e| OpenError::Io {
             path: format!("thread {name}"),
             message: e.to_string(),
         })
 }
 
-/// `Store::delete_topic` with the appender held, so that no append of the topic interleaves.
-fn delete_topic_locked(
-    shared: &Shared,
-    appender: &mut Appender,
-    topic: &str,
-) -> Result<TopicDeletion, DeleteTopicError> {
-    let failed = |path: &std::path::Path, e: std::io::Error| DeleteTopicError {
-        topic: topic.to_string(),
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
-    let root = &shared.config.consume_queue_dir;
-    if !appender::valid_topic(topic) {
-        // Never a path outside the ConsumeQueue directory.
-        return Err(DeleteTopicError {
-            topic: topic.to_string(),
-            path: root.display().to_string(),
-            message: "not a valid topic name".to_string(),
-        });
-    }
-    let position = appender.position();
-    // The log must not end below the deletion after a crash: records appended after recovery
-    // would then lie below it and be taken for the deleted topic's.
-    shared
-        .flush_commitlog(position)
-        .map_err(|e| failed(&shared.config.commitlog_dir, e))?;
-    let dir = root.join(topic);
-    let trash = root.join(deleted::trash_name(topic, position));
-    // The commit point: once this rename is durable, the deletion happens (see `deleted.rs`).
-    let renamed = match std::fs::rename(&dir, &trash) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(failed(&dir, e)),
-    };
-    if renamed {
-        checkpoint::sync_parent_dir(&trash).map_err(|e| failed(root, e))?;
-    }
-    let mut next = shared
-        .deletions
-        .read()
-        .expect("deletions lock poisoned")
-        .clone();
-    deleted::add(&mut next, topic, position);
-    // The first segment on disk, not `min_position`: retention raises that before it removes
-    // the segments, and a deletion must stay listed while any of its records may be read.
-    if let Some(first) = shared.segments.first_base() {
-        deleted::prune(&mut next, first);
-    }
-    let listed = deleted::store(&shared.config.deleted_topics_path, &next);
-    let listed_ok = listed.is_ok();
-    if let Err(e) = listed {
-        // Undone if the rename can be; otherwise the next open finishes the deletion from the
-        // trash directory's name, and this one carries on in memory.
-        let undone = !renamed
-            || std::fs::rename(&trash, &dir)
-                .and_then(|()| checkpoint::sync_parent_dir(&dir))
-                .is_ok();
-        if undone {
-            return Err(failed(&shared.config.deleted_topics_path, e));
-        }
-    }
-    let removed = shared
-        .queues
-        .write()
-        .expect("queue map lock poisoned")
-        .remove(topic)
-        .unwrap_or_default();
-    // Retention and the checkpoint writer may hold these still; retired, they leave the
-    // directory (where the topic may be created again) alone.
-    for queue in removed.values() {
-        queue.retire();
-    }
-    let queues = removed.len();
-    appender.forget_topic(topic);
-    *shared.deletions.write().expect("deletions lock poisoned") = next;
-    if renamed && listed_ok {
-        // Left over, the directory is removed by the next open.
-        let _ = std::fs::remove_dir_all(&trash);
-    }
-    Ok(TopicDeletion { queues, position })
-}
-
 impl Store {
     pub fn open(config: StoreConfig) -> Result<(Store, RecoveryReport), OpenError> {
         let flush = config.flush;
-        let queue_capacity = config.append_queue_requests_max;
-        let (shared, start, report) = recovery::recover(config)?;
-        let shared = Arc::new(shared);
+        let (recovered, report) = recovery::recover(&config)?;
+        let recovery::Recovered {
+            log,
+            queues,
+            index,
+            durability,
+            lock,
+        } = recovered;
+        let lock = Arc::new(lock);
         let mut threads = Vec::new();
         let mut stops = Vec::new();
-        let group_commit = Arc::new(GroupCommit::new(Arc::clone(&shared)));
+        let group_commit = Arc::new(GroupCommit::new(Arc::clone(&log)));
         let sync = match flush {
             FlushMode::Async {
                 interval_ms,
@@ -297,21 +252,21 @@ impl Store {
             } => {
                 let (stop, stopped) = mpsc::channel();
                 stops.push(stop);
-                let s = Arc::clone(&shared);
-                threads.push(spawn("quiver-store-flusher", move || {
-                    flusher::run_async(s, stopped, interval_ms, least_pages)
+                let d = Arc::clone(&durability);
+                threads.push(spawn("quiver-store-flusher", &lock, move || {
+                    flusher::run_async(d, stopped, interval_ms, least_pages)
                 })?);
                 None
             }
             FlushMode::Sync { timeout_ms } => {
                 let (stop, stopped) = mpsc::channel();
                 stops.push(stop);
-                let s = Arc::clone(&shared);
-                threads.push(spawn("quiver-store-checkpoint", move || {
-                    flusher::run_checkpointer(s, stopped)
+                let d = Arc::clone(&durability);
+                threads.push(spawn("quiver-store-checkpoint", &lock, move || {
+                    flusher::run_checkpointer(d, stopped)
                 })?);
                 let g = Arc::clone(&group_commit);
-                threads.push(spawn("quiver-store-sync", move || g.run_thread())?);
+                threads.push(spawn("quiver-store-sync", &lock, move || g.run_thread())?);
                 Some(Duration::from_millis(timeout_ms))
             }
         };
@@ -320,31 +275,37 @@ impl Store {
         if matches!(flush, FlushMode::Sync { .. }) {
             let (stop, stopped) = mpsc::channel();
             stops.push(stop);
-            let s = Arc::clone(&shared);
-            threads.push(spawn("quiver-store-zeroer", move || {
-                prealloc::run(s, stopped)
+            let l = Arc::clone(&log);
+            threads.push(spawn("quiver-store-zeroer", &lock, move || {
+                prealloc::run(l, stopped)
             })?);
         }
         let appender = Appender::new(
-            Arc::clone(&shared),
+            log::Writer::new(Arc::clone(&log)),
+            Arc::clone(&queues),
+            Arc::clone(&index),
+            config.commitlog_bytes_max,
             sync,
-            start.segment_base,
-            start.segment_file,
         );
         let store = Store {
             inner: Arc::new(Inner {
-                shared,
                 queue: Mutex::new(Queue {
                     jobs: Vec::new(),
                     open: true,
                 }),
-                queue_capacity: queue_capacity.max(1),
+                queue_capacity: config.append_queue_requests_max.max(1),
                 sync_flush: sync.is_some(),
                 appender: Mutex::new(appender),
                 group_commit,
                 stops: Mutex::new(stops),
                 threads: Mutex::new(threads),
                 closed: Mutex::new(false),
+                config,
+                log,
+                queues,
+                index,
+                durability,
+                lock,
             }),
         };
         Ok((store, report))
@@ -381,7 +342,7 @@ impl Store {
         accept: &dyn Fn(i64) -> bool,
     ) -> Result<QueueRead, ReadError> {
         read::read(
-            &self.inner.shared,
+            self.inner.reader(),
             topic,
             queue_id,
             offset,
@@ -395,8 +356,8 @@ impl Store {
     pub fn bounds(&self, topic: &str, queue_id: u32) -> QueueBounds {
         let (min_offset, max_offset) = self
             .inner
-            .shared
-            .queue(topic, queue_id)
+            .queues
+            .get(topic, queue_id)
             .map_or((0, 0), |q| q.bounds());
         QueueBounds {
             min_offset,
@@ -413,17 +374,17 @@ impl Store {
         timestamp_ms: i64,
         boundary: Boundary,
     ) -> Result<u64, ReadError> {
-        read::offset_by_time(&self.inner.shared, topic, queue_id, timestamp_ms, boundary)
+        read::offset_by_time(self.inner.reader(), topic, queue_id, timestamp_ms, boundary)
     }
 
     /// Store time of the record at the queue's min offset; None for an empty or unknown queue.
     pub fn earliest_time(&self, topic: &str, queue_id: u32) -> Result<Option<i64>, ReadError> {
-        read::earliest_time(&self.inner.shared, topic, queue_id)
+        read::earliest_time(self.inner.reader(), topic, queue_id)
     }
 
     /// The record at a CommitLog position (view by id, send-back).
     pub fn read_record(&self, position: u64) -> Result<Vec<u8>, ReadError> {
-        read::read_record(&self.inner.shared, position)
+        read::read_record(&self.inner.log, position)
     }
 
     /// Records indexed under `key` (a KEYS word or UNIQ_KEY) for `topic`, newest first, at most
@@ -437,18 +398,13 @@ impl Store {
         begin_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<Vec<u8>>, ReadError> {
-        read::query_by_key(&self.inner.shared, topic, key, max, begin_ms, end_ms)
+        read::query_by_key(self.inner.reader(), topic, key, max, begin_ms, end_ms)
     }
 
     /// Called on the thread that wrote each group, after it, with (topic, queue_id, new max_offset),
     /// once per queue touched. Replaces any previous listener.
     pub fn set_arrival_listener(&self, listener: ArrivalListener) {
-        *self
-            .inner
-            .shared
-            .listener
-            .write()
-            .expect("listener lock poisoned") = Some(listener);
+        self.inner.queues.set_listener(listener);
     }
 
     /// Deletes `topic`'s ConsumeQueues, as RocketMQ's `deleteTopics` does: its queues become
@@ -458,7 +414,7 @@ impl Store {
     /// returns; a crash part-way either undoes it or lets the next open finish it.
     pub fn delete_topic(&self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
         let inner = &self.inner;
-        let result = delete_topic_locked(&inner.shared, &mut relock(inner.appender.lock()), topic);
+        let result = relock(inner.appender.lock()).delete_topic(topic);
         // Sends that others queued while this held the appender were left to the holder: write
         // them (and, with sync flush, fsync them) as any holder does after letting go.
         inner.write_and_commit();
@@ -468,27 +424,20 @@ impl Store {
     /// Every (topic, queue) that has a ConsumeQueue.
     pub fn queues(&self) -> Vec<(String, u32)> {
         self.inner
-            .shared
-            .all_queues()
+            .queues
+            .all()
             .iter()
             .map(|q| (q.topic.clone(), q.queue_id))
             .collect()
     }
 
     pub fn stats(&self) -> StoreStats {
-        let s = &self.inner.shared;
-        StoreStats {
-            min_position: s.min_position.load(Ordering::Acquire),
-            written_position: s.written_position.load(Ordering::Acquire),
-            flushed_position: s.flushed_position.load(Ordering::Acquire),
-            messages_appended: s.messages_appended.load(Ordering::Relaxed),
-            bytes_appended: s.bytes_appended.load(Ordering::Relaxed),
-        }
+        self.inner.log.stats()
     }
 
     /// How many CommitLog fsync rounds have run (each may cover many requests).
     pub fn commitlog_fsyncs(&self) -> u64 {
-        self.inner.shared.commitlog_fsyncs.load(Ordering::Relaxed)
+        self.inner.log.fsyncs()
     }
 
     /// Retention: deletes the oldest sealed CommitLog segments last written more than
@@ -501,22 +450,25 @@ impl Store {
         reserve_ms: u64,
         at_once: bool,
     ) -> Result<RetentionReport, RetentionError> {
-        retention::delete_expired(&self.inner.shared, now_ms, reserve_ms, at_once)
+        let inner = &self.inner;
+        retention::delete_expired(
+            &inner.log,
+            &inner.queues,
+            &inner.index,
+            now_ms,
+            reserve_ms,
+            at_once,
+        )
     }
 
     /// Space on the filesystem holding the CommitLog.
     pub fn disk_space(&self) -> std::io::Result<DiskSpace> {
-        retention::disk_space(&self.inner.shared.config.commitlog_dir)
+        retention::disk_space(self.inner.log.dir())
     }
 
     /// fsyncs everything written so far and writes the checkpoint, now.
     pub fn flush(&self) -> Result<(), OpenError> {
-        let shared = &self.inner.shared;
-        let written = shared.written_position.load(Ordering::Acquire);
-        shared
-            .flush_commitlog(written)
-            .map_err(|e| OpenError::io(&shared.config.commitlog_dir, &e))?;
-        shared.write_checkpoint()
+        self.inner.durability.flush()
     }
 
     /// Stops accepting appends, completes what is queued, flushes everything, writes the
@@ -530,16 +482,16 @@ impl Store {
         }
         self.inner.stop_threads();
         self.flush()?;
-        let abort = &self.inner.shared.config.abort_path;
+        let abort = &self.inner.config.abort_path;
         match std::fs::remove_file(abort) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(OpenError::io(abort, &e)),
         }
-        checkpoint::sync_parent_dir(abort).map_err(|e| OpenError::io(abort, &e))?;
+        durable_file::sync_parent_dir(abort).map_err(|e| OpenError::io(abort, &e))?;
         *closed = true;
         // Closed: the directory is free for the next open, even while this handle lives on.
-        let _ = self.inner.shared.lock.unlock();
+        let _ = self.inner.lock.unlock();
         Ok(())
     }
 }

@@ -7,20 +7,25 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use quiver_record::{
-    index_key_hash, is_record_magic, read_i32, store_timestamp_from_prefix, RecordView, MAGIC_AT,
-    RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES, TOTAL_SIZE_AT,
-};
-
-use crate::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
-use crate::shared::Shared;
+use crate::index::Index;
+use crate::log::Log;
+use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
+use crate::queues::Queues;
 use crate::types::{Boundary, QueueRead, ReadError, ReadStatus};
+use quiver_record::{RecordView, RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES};
 
 /// Entries one pull scans at most when filtering (RocketMQ: 16,000 bytes of entries = 800).
 const SCAN_ENTRIES_MIN: u64 = 800;
+
+/// What the read path reads. It writes nothing, and sees only what the appender published.
+#[derive(Clone, Copy)]
+pub struct Reader<'a> {
+    pub log: &'a Log,
+    pub queues: &'a Queues,
+    pub index: &'a Index,
+}
 
 /// Records adjacent in the CommitLog, read with one call.
 struct Run {
@@ -31,7 +36,7 @@ struct Run {
 }
 
 pub fn read(
-    shared: &Shared,
+    reader: Reader<'_>,
     topic: &str,
     queue_id: u32,
     offset: u64,
@@ -39,7 +44,8 @@ pub fn read(
     max_bytes: u32,
     accept: &dyn Fn(i64) -> bool,
 ) -> Result<QueueRead, ReadError> {
-    let (queue, min, max) = match shared.queue(topic, queue_id) {
+    let Reader { log, queues, .. } = reader;
+    let (queue, min, max) = match queues.get(topic, queue_id) {
         Some(queue) => {
             let (min, max) = queue.bounds();
             (Some(queue), min, max)
@@ -104,14 +110,14 @@ pub fn read(
     let mut skipped = None;
     // Entries below the log's start were removed by retention; they are met when this queue's
     // minimum lags (a damaged file stopped retention from trimming it).
-    let log_start = shared.min_position.load(Ordering::Acquire);
+    let log_start = log.min_position();
     for (i, raw) in entries.chunks_exact(ENTRY_BYTES).enumerate() {
         if sizes.len() >= max_messages as usize {
             break;
         }
         let entry = Entry::decode(raw);
         // Bounded by the segment, not by `record_bytes_max`, which limits appends only.
-        let oversized = u64::from(entry.size) > shared.config.segment_bytes;
+        let oversized = u64::from(entry.size) > log.segment_bytes();
         if oversized && skipped.is_none() {
             // Larger than any record: reading it would only cost memory.
             let at = offset + i as u64;
@@ -124,7 +130,7 @@ pub fn read(
         let servable = entry.size as usize >= RECORD_BYTES_MIN
             && !oversized
             && entry.position >= log_start
-            && !shared.is_bad(entry.position);
+            && !log.is_damaged(entry.position);
         if servable && accept(entry.tags_code) {
             if !sizes.is_empty() && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
                 break;
@@ -135,7 +141,7 @@ pub fn read(
                 }
                 _ => {
                     if let Some(r) = run.take() {
-                        damage = read_run(shared, &r, &sizes, &mut out, &mut segment_cache)?;
+                        damage = read_run(log, &r, &sizes, &mut out, &mut segment_cache)?;
                         if damage.is_some() {
                             break;
                         }
@@ -154,7 +160,7 @@ pub fn read(
         next_offset = offset + i as u64 + 1;
     }
     if let Some(r) = run.take().filter(|_| damage.is_none()) {
-        damage = read_run(shared, &r, &sizes, &mut out, &mut segment_cache)?;
+        damage = read_run(log, &r, &sizes, &mut out, &mut segment_cache)?;
     }
     let mut count = sizes.len();
     if let Some(damage) = &damage {
@@ -190,20 +196,20 @@ struct Damage {
 /// Appends the run's records to `out`. On damage, `out` keeps only the records before the
 /// damaged one.
 fn read_run(
-    shared: &Shared,
+    log: &Log,
     run: &Run,
     sizes: &[u32],
     out: &mut Vec<u8>,
     segment_cache: &mut Option<(u64, Arc<File>)>,
 ) -> Result<Option<Damage>, ReadError> {
-    let segment_bytes = shared.config.segment_bytes;
+    let segment_bytes = log.segment_bytes();
     let cached = matches!(segment_cache, Some((base, _)) if *base <= run.start && run.start < *base + segment_bytes);
     if !cached {
-        match shared.segments.find(run.start) {
+        match log.find(run.start) {
             Some(found) => *segment_cache = Some(found),
             // Retention removed the segment after this read began: the caller's next read
             // finds the queue's minimum raised.
-            None if run.start < shared.min_position.load(Ordering::Acquire) => {
+            None if run.start < log.min_position() => {
                 return Err(ReadError::NoRecord(run.start));
             }
             // A damaged entry: skipped like the others, or its consumer would retry it forever.
@@ -211,7 +217,7 @@ fn read_run(
                 return Ok(Some(Damage {
                     record: run.first,
                     error: ReadError::Corrupt {
-                        path: shared.config.commitlog_dir.display().to_string(),
+                        path: log.dir().display().to_string(),
                         position: run.start,
                         reason: "ConsumeQueue entry points where no segment is".to_string(),
                     },
@@ -222,7 +228,7 @@ fn read_run(
     let (base, file) = segment_cache
         .as_ref()
         .expect("segment cache was just filled");
-    let path = shared.segments.path(*base);
+    let path = log.segment_path(*base);
     let damage = |record: usize, position: u64, reason: String| {
         Some(Damage {
             record,
@@ -258,9 +264,9 @@ fn read_run(
     let mut record_at = at;
     let mut position = run.start;
     for (record, size) in sizes.iter().enumerate().skip(run.first) {
-        let total = read_i32(out, record_at).unwrap_or(-1);
-        let magic = read_i32(out, record_at + MAGIC_AT).unwrap_or(0);
-        if total != *size as i32 || !is_record_magic(magic) {
+        let total = quiver_record::read_i32(out, record_at).unwrap_or(-1);
+        let magic = quiver_record::read_i32(out, record_at + 4).unwrap_or(0);
+        if total != *size as i32 || !quiver_record::is_record_magic(magic) {
             out.truncate(record_at);
             return Ok(damage(
                 record,
@@ -274,33 +280,35 @@ fn read_run(
     Ok(None)
 }
 
-fn store_timestamp(shared: &Shared, queue: &ConsumeQueue, offset: u64) -> Result<i64, ReadError> {
+fn store_timestamp(log: &Log, queue: &ConsumeQueue, offset: u64) -> Result<i64, ReadError> {
     let entry = queue
         .entry(offset)
         .map_err(|e| ReadError::io(&queue.path_for(offset), &e))?;
     let mut prefix = [0u8; STORE_TIMESTAMP_PREFIX_BYTES];
     let n = (entry.size as usize).min(STORE_TIMESTAMP_PREFIX_BYTES);
-    shared.segments.read_at(entry.position, &mut prefix[..n])?;
-    store_timestamp_from_prefix(&prefix[..n]).ok_or(ReadError::NoRecord(entry.position))
+    log.read_at(entry.position, &mut prefix[..n])?;
+    quiver_record::store_timestamp_from_prefix(&prefix[..n])
+        .ok_or(ReadError::NoRecord(entry.position))
 }
 
 /// Lower: the first offset stored at or after `timestamp_ms` (max if none).
 /// Upper: the last offset stored at or before it (min if none).
 pub fn offset_by_time(
-    shared: &Shared,
+    reader: Reader<'_>,
     topic: &str,
     queue_id: u32,
     timestamp_ms: i64,
     boundary: Boundary,
 ) -> Result<u64, ReadError> {
-    let Some(queue) = shared.queue(topic, queue_id) else {
+    let Reader { log, queues, .. } = reader;
+    let Some(queue) = queues.get(topic, queue_id) else {
         return Ok(0);
     };
     let (min, max) = queue.bounds();
     let (mut lo, mut hi) = (min, max);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        let time = store_timestamp(shared, &queue, mid)?;
+        let time = store_timestamp(log, &queue, mid)?;
         let go_right = match boundary {
             Boundary::Lower => time < timestamp_ms,
             Boundary::Upper => time <= timestamp_ms,
@@ -319,31 +327,29 @@ pub fn offset_by_time(
 }
 
 pub fn earliest_time(
-    shared: &Shared,
+    reader: Reader<'_>,
     topic: &str,
     queue_id: u32,
 ) -> Result<Option<i64>, ReadError> {
-    let Some(queue) = shared.queue(topic, queue_id) else {
+    let Reader { log, queues, .. } = reader;
+    let Some(queue) = queues.get(topic, queue_id) else {
         return Ok(None);
     };
     let (min, max) = queue.bounds();
     if min == max {
         return Ok(None);
     }
-    store_timestamp(shared, &queue, min).map(Some)
+    store_timestamp(log, &queue, min).map(Some)
 }
 
-pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError> {
-    let written = shared.written_position.load(Ordering::Acquire);
-    if position < shared.min_position.load(Ordering::Acquire) || position >= written {
+pub fn read_record(log: &Log, position: u64) -> Result<Vec<u8>, ReadError> {
+    let written = log.written();
+    if position < log.min_position() || position >= written {
         return Err(ReadError::NoRecord(position));
     }
-    let (base, file) = shared
-        .segments
-        .find(position)
-        .ok_or(ReadError::NoRecord(position))?;
-    let path = shared.segments.path(base);
-    if shared.is_bad(position) {
+    let (base, file) = log.find(position).ok_or(ReadError::NoRecord(position))?;
+    let path = log.segment_path(base);
+    if log.is_damaged(position) {
         return Err(ReadError::Corrupt {
             path: path.display().to_string(),
             position: position - base,
@@ -357,12 +363,12 @@ pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError>
     };
     let mut head = [0u8; 8];
     read(&mut head)?;
-    let total = read_i32(&head, TOTAL_SIZE_AT).unwrap_or(-1);
-    let magic = read_i32(&head, MAGIC_AT).unwrap_or(0);
+    let total = quiver_record::read_i32(&head, 0).unwrap_or(-1);
+    let magic = quiver_record::read_i32(&head, 4).unwrap_or(0);
     let fits = total >= RECORD_BYTES_MIN as i32
-        && total as u64 <= shared.config.segment_bytes
+        && total as u64 <= log.segment_bytes()
         && position + total as u64 <= written;
-    if !is_record_magic(magic) || !fits {
+    if !quiver_record::is_record_magic(magic) || !fits {
         return Err(ReadError::NoRecord(position));
     }
     let mut bytes = vec![0u8; total as usize];
@@ -378,49 +384,48 @@ pub fn read_record(shared: &Shared, position: u64) -> Result<Vec<u8>, ReadError>
 pub const QUERY_BYTES_MAX: usize = 12 * 1024 * 1024;
 
 pub fn query_by_key(
-    shared: &Shared,
+    reader: Reader<'_>,
     topic: &str,
     key: &str,
     max: usize,
     begin_ms: i64,
     end_ms: i64,
 ) -> Result<Vec<Vec<u8>>, ReadError> {
+    let Reader { log, queues, index } = reader;
     let mut found = Vec::new();
     if max == 0 {
         return Ok(found);
     }
     let mut seen = HashSet::new();
     let mut found_bytes = 0;
-    let key_hash = index_key_hash(topic, key);
-    shared
-        .index
-        .query(key_hash, begin_ms, end_ms, &mut |position| {
-            if !seen.insert(position) {
-                return Ok(true);
+    let key_hash = quiver_record::index_key_hash(topic, key);
+    index.query(key_hash, begin_ms, end_ms, &mut |position| {
+        if !seen.insert(position) {
+            return Ok(true);
+        }
+        let bytes = match read_record(log, position) {
+            Ok(bytes) => bytes,
+            // Stale entries (a truncated tail, a reused position) and corrupt ranges are skipped.
+            Err(ReadError::NoRecord(_) | ReadError::Corrupt { .. }) => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        let matches = RecordView::parse(&bytes).is_ok_and(|view| {
+            let mut has_key = false;
+            view.for_each_key(|k| has_key |= k == key);
+            view.topic == topic
+                && !queues.is_deleted(topic, position)
+                && has_key
+                && (begin_ms..=end_ms).contains(&view.store_timestamp_ms)
+        });
+        if matches {
+            // At least one record, then no more than fits the answer's frame.
+            if !found.is_empty() && found_bytes + bytes.len() > QUERY_BYTES_MAX {
+                return Ok(false);
             }
-            let bytes = match read_record(shared, position) {
-                Ok(bytes) => bytes,
-                // Stale entries (a truncated tail, a reused position) and corrupt ranges are skipped.
-                Err(ReadError::NoRecord(_) | ReadError::Corrupt { .. }) => return Ok(true),
-                Err(e) => return Err(e),
-            };
-            let matches = RecordView::parse(&bytes).is_ok_and(|view| {
-                let mut has_key = false;
-                view.for_each_key(|k| has_key |= k == key);
-                view.topic == topic
-                    && !shared.is_deleted(topic, position)
-                    && has_key
-                    && (begin_ms..=end_ms).contains(&view.store_timestamp_ms)
-            });
-            if matches {
-                // At least one record, then no more than fits the answer's frame.
-                if !found.is_empty() && found_bytes + bytes.len() > QUERY_BYTES_MAX {
-                    return Ok(false);
-                }
-                found_bytes += bytes.len();
-                found.push(bytes);
-            }
-            Ok(found.len() < max)
-        })?;
+            found_bytes += bytes.len();
+            found.push(bytes);
+        }
+        Ok(found.len() < max)
+    })?;
     Ok(found)
 }

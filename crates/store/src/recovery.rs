@@ -5,25 +5,20 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
-use quiver_record::{
-    index_key_hash, is_record_magic, read_i32, RecordView, BLANK_BYTES, MAGIC_AT, MAGIC_BLANK,
-    PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN, TOTAL_SIZE_AT,
-};
-
-use crate::appender::valid_topic;
-use crate::checkpoint::{self, Checkpoint};
-use crate::commitlog::{segment_too_long, Segments};
-use crate::consume_queue::{ConsumeQueue, Entry};
-use crate::damaged;
-use crate::deleted::{self, Deletions};
+use crate::durability::checkpoint;
+use crate::durability::Durability;
+use crate::durable_file::sync_parent_dir;
 use crate::index::{Index, KeyEntry};
-use crate::prealloc::Preallocation;
-use crate::shared::{BadRange, QueueMap, Shared};
+use crate::log::commitlog::{segment_too_long, Segments};
+use crate::log::damaged::{self, BadRange};
+use crate::log::Log;
+use crate::queues::consume_queue::Entry;
+use crate::queues::deleted::{self, Deletions};
+use crate::queues::{valid_topic, Queues};
 use crate::types::{OpenError, RecoveryReport, StoreConfig};
+use quiver_record::{RecordView, BLANK_BYTES, MAGIC_BLANK, PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN};
 
 /// Bytes read at once while scanning segments.
 const SCAN_READ_BYTES: usize = 4 * 1024 * 1024;
@@ -33,10 +28,14 @@ const KEY_BATCH: usize = 4096;
 /// next valid record gives up (as if none followed): bounds recovery's work on a crafted file.
 const CANDIDATES_REFUSED_MAX: u32 = 4096;
 
-/// What the appender starts from.
-pub struct AppendStart {
-    pub segment_base: u64,
-    pub segment_file: Option<Arc<File>>,
+/// The layers as recovery leaves them, consistent and durable.
+pub struct Recovered {
+    pub log: Arc<Log>,
+    pub queues: Arc<Queues>,
+    pub index: Arc<Index>,
+    pub durability: Arc<Durability>,
+    /// The store directory's lock, held while the store is open.
+    pub lock: File,
 }
 
 fn config_error(field: &str, reason: &str) -> OpenError {
@@ -109,8 +108,8 @@ fn lock_store(config: &StoreConfig) -> Result<std::fs::File, OpenError> {
     }
 }
 
-pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryReport), OpenError> {
-    check_config(&config)?;
+pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), OpenError> {
+    check_config(config)?;
     let mut report = RecoveryReport {
         crashed: config.abort_path.exists(),
         ..RecoveryReport::default()
@@ -125,7 +124,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
     {
         std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
     }
-    let lock = lock_store(&config)?;
+    let lock = lock_store(config)?;
     let checkpoint = match checkpoint::read(&config.checkpoint_path)
         .map_err(|e| OpenError::io(&config.checkpoint_path, &e))?
     {
@@ -140,8 +139,8 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         None => None,
     };
     let segments = Segments::open(&config.commitlog_dir, config.segment_bytes)?;
-    let mut deletions = finish_deletions(&config, &mut report.problems)?;
-    let queues = RwLock::new(open_queues(&config)?);
+    let queues = Queues::open(config, &mut report.problems)?;
+    let deletions = queues.deletions();
     let index = Index::open(
         &config.index_dir,
         config.index_slots,
@@ -152,7 +151,7 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         .map_err(|e| OpenError::io(&config.damaged_path, &e))?;
     let start = checkpoint.map_or(0, |c| c.dispatched_flushed_position);
     let mut scan = Scan {
-        config: &config,
+        config,
         segments: &segments,
         queues: &queues,
         index: &index,
@@ -160,17 +159,12 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         keys: Vec::new(),
         bad_ranges: Vec::new(),
         queue_next: HashMap::new(),
-        deletions: &deletions,
+        deletions,
     };
     let end = scan.run(start)?;
     let found = std::mem::take(&mut scan.bad_ranges);
     report.commitlog_end = end;
-    for queue in queues
-        .read()
-        .expect("queue map lock poisoned")
-        .values()
-        .flat_map(|q| q.values())
-    {
+    for queue in queues.all() {
         queue
             .trim(end)
             .map_err(|e| OpenError::io(&queue.path_for(0), &e))?;
@@ -185,31 +179,8 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
             }
         }
     }
-    let append_start = match segments.last() {
-        Some((base, file)) if base <= end && end < base + config.segment_bytes => AppendStart {
-            segment_base: base,
-            segment_file: Some(file),
-        },
-        _ => AppendStart {
-            segment_base: end,
-            segment_file: None,
-        },
-    };
     let min_position = segments.first_base().unwrap_or(end);
-    let before = deletions.clone();
-    deleted::prune(&mut deletions, min_position);
-    // A deletion past the log's end (files cut by hand): every record of the topic left is
-    // older, and the ones appended from here on are not.
-    for position in deletions.values_mut() {
-        *position = (*position).min(end);
-    }
-    if deletions != before {
-        // Only tidying: the entries it would drop or lower do no harm until the next open.
-        if let Err(e) = deleted::store(&config.deleted_topics_path, &deletions) {
-            let path = config.deleted_topics_path.display();
-            report.problems.push(format!("{path}: cannot rewrite: {e}"));
-        }
-    }
+    queues.tidy_deletions(min_position, end, &mut report.problems);
     // Durable before the checkpoint below moves the next scan's start past the damage.
     let bad_ranges = damaged::normalize(
         damaged_before.iter().copied().chain(found).collect(),
@@ -219,112 +190,29 @@ pub fn recover(config: StoreConfig) -> Result<(Shared, AppendStart, RecoveryRepo
         damaged::store(&config.damaged_path, &bad_ranges)
             .map_err(|e| OpenError::io(&config.damaged_path, &e))?;
     }
-    let preallocation = Preallocation::new(
-        append_start.segment_base,
-        append_start.segment_file.clone(),
-        end,
-    );
-    let shared = Shared {
-        preallocation,
-        segments,
-        written_position: AtomicU64::new(end),
-        flushed_position: AtomicU64::new(0),
-        min_position: AtomicU64::new(min_position),
+    let log = Arc::new(Log::new(segments, end, min_position, bad_ranges));
+    let queues = Arc::new(queues);
+    let index = Arc::new(index);
+    let durability = Arc::new(Durability::new(
+        Arc::clone(&log),
+        Arc::clone(&queues),
+        Arc::clone(&index),
+        config.checkpoint_path.clone(),
+    ));
+    // Make what recovery rebuilt durable before the checkpoint claims it.
+    durability.flush()?;
+    let abort = &config.abort_path;
+    File::create(abort)
+        .and_then(|_| sync_parent_dir(abort))
+        .map_err(|e| OpenError::io(abort, &e))?;
+    let recovered = Recovered {
+        log,
         queues,
         index,
-        bad_ranges,
-        deletions: RwLock::new(deletions),
-        listener: RwLock::new(None),
-        messages_appended: AtomicU64::new(0),
-        bytes_appended: AtomicU64::new(0),
-        fsync_failed_from: AtomicU64::new(u64::MAX),
-        fsync_failures: AtomicU64::new(0),
-        commitlog_fsyncs: AtomicU64::new(0),
-        checkpoint: Mutex::new(Checkpoint::default()),
-        config,
+        durability,
         lock,
     };
-    // Make what recovery rebuilt durable before the checkpoint claims it.
-    shared
-        .flush_commitlog(end)
-        .map_err(|e| OpenError::io(&shared.config.commitlog_dir, &e))?;
-    shared.write_checkpoint()?;
-    let abort = &shared.config.abort_path;
-    File::create(abort)
-        .and_then(|_| checkpoint::sync_parent_dir(abort))
-        .map_err(|e| OpenError::io(abort, &e))?;
-    Ok((shared, append_start, report))
-}
-
-/// Loads the deleted-topic list and finishes the deletions a crash interrupted: a ConsumeQueue
-/// directory renamed to its trash name (see `deleted.rs`) is recorded in the list and removed.
-fn finish_deletions(
-    config: &StoreConfig,
-    problems: &mut Vec<String>,
-) -> Result<Deletions, OpenError> {
-    let path = &config.deleted_topics_path;
-    let mut deletions = deleted::load(path, problems).map_err(|e| OpenError::io(path, &e))?;
-    let mut trash = Vec::new();
-    for entry in read_dir(&config.consume_queue_dir)? {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some((topic, position)) = deleted::parse_trash_name(&name) {
-            deleted::add(&mut deletions, topic, position);
-            trash.push(entry.path());
-        }
-    }
-    if trash.is_empty() {
-        return Ok(deletions);
-    }
-    if let Err(e) = deleted::store(path, &deletions) {
-        // The trash directories stay, so the next open finishes these deletions again; this
-        // one has them in memory.
-        problems.push(format!(
-            "{}: cannot record deleted topics: {e}",
-            path.display()
-        ));
-        return Ok(deletions);
-    }
-    for dir in trash {
-        // Left over, it is only skipped (its name is no topic's); the next open tries again.
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            problems.push(format!("{}: cannot remove: {e}", dir.display()));
-        }
-    }
-    Ok(deletions)
-}
-
-fn open_queues(config: &StoreConfig) -> Result<QueueMap, OpenError> {
-    let root = &config.consume_queue_dir;
-    let mut queues = QueueMap::new();
-    for topic_entry in read_dir(root)? {
-        let topic = topic_entry.file_name().to_string_lossy().into_owned();
-        if !valid_topic(&topic) || !topic_entry.path().is_dir() {
-            continue;
-        }
-        for queue_entry in read_dir(&topic_entry.path())? {
-            let Ok(queue_id) = queue_entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let queue = ConsumeQueue::open(
-                root,
-                &topic,
-                queue_id,
-                config.consume_queue_entries_per_file,
-            )
-            .map_err(|e| OpenError::io(&queue_entry.path(), &e))?;
-            queues
-                .entry(topic.clone())
-                .or_default()
-                .insert(queue_id, Arc::new(queue));
-        }
-    }
-    Ok(queues)
-}
-
-fn read_dir(dir: &Path) -> Result<Vec<std::fs::DirEntry>, OpenError> {
-    std::fs::read_dir(dir)
-        .and_then(|entries| entries.collect::<io::Result<Vec<_>>>())
-        .map_err(|e| OpenError::io(dir, &e))
+    Ok((recovered, report))
 }
 
 /// Buffered positional reads over one segment.
@@ -383,7 +271,7 @@ enum Step {
 struct Scan<'a> {
     config: &'a StoreConfig,
     segments: &'a Segments,
-    queues: &'a RwLock<QueueMap>,
+    queues: &'a Queues,
     index: &'a Index,
     report: &'a mut RecoveryReport,
     keys: Vec<KeyEntry>,
@@ -392,7 +280,7 @@ struct Scan<'a> {
     /// queue's records lie in the log in offset order, so a record below this is damaged.
     queue_next: HashMap<String, HashMap<u32, u64>>,
     /// Records of a deleted topic written before its deletion are passed over.
-    deletions: &'a Deletions,
+    deletions: Deletions,
 }
 
 impl Scan<'_> {
@@ -550,7 +438,7 @@ impl Scan<'_> {
             Err(e) => return Ok(Step::Invalid(e.to_string())),
         };
         let position = base + at;
-        if deleted::is_deleted(self.deletions, view.topic, position) {
+        if deleted::is_deleted(&self.deletions, view.topic, position) {
             return Ok(Step::Record(total));
         }
         let entry = Entry {
@@ -558,12 +446,9 @@ impl Scan<'_> {
             size: total as u32,
             tags_code: view.tags_code(),
         };
-        let queue = crate::shared::queue_or_create(
-            self.queues,
-            self.config,
-            view.topic,
-            view.queue_id as u32,
-        )?;
+        let queue = self
+            .queues
+            .get_or_create(view.topic, view.queue_id as u32)?;
         queue.write_entries(view.queue_offset as u64, &entry.encode())?;
         let next = view.queue_offset as u64 + 1;
         match self.queue_next.get_mut(view.topic) {
@@ -579,7 +464,7 @@ impl Scan<'_> {
         let mut keys = std::mem::take(&mut self.keys);
         view.for_each_key(|key| {
             keys.push(KeyEntry {
-                key_hash: index_key_hash(view.topic, key),
+                key_hash: quiver_record::index_key_hash(view.topic, key),
                 position,
                 store_timestamp_ms: view.store_timestamp_ms,
             })
@@ -662,8 +547,8 @@ impl Scan<'_> {
         if head.iter().all(|b| *b == 0) {
             return Ok(Err(Step::Zeros));
         }
-        let total = read_i32(head, TOTAL_SIZE_AT).unwrap_or(-1);
-        let magic = read_i32(head, MAGIC_AT).unwrap_or(0);
+        let total = quiver_record::read_i32(head, 0).unwrap_or(-1);
+        let magic = quiver_record::read_i32(head, 4).unwrap_or(0);
         if magic == MAGIC_BLANK {
             return Ok(if total as i64 == (segment_bytes - at) as i64 {
                 Err(Step::Blank)
@@ -673,7 +558,7 @@ impl Scan<'_> {
                 )))
             });
         }
-        if !is_record_magic(magic) {
+        if !quiver_record::is_record_magic(magic) {
             return Ok(Err(Step::Invalid(format!("bad MAGIC {magic:#x}"))));
         }
         // Not bounded by `record_bytes_max`: that limits appends, and lowering it must not turn

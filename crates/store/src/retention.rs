@@ -9,10 +9,11 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::UNIX_EPOCH;
 
-use crate::shared::Shared;
+use crate::index::Index;
+use crate::log::Log;
+use crate::queues::Queues;
 
 /// What one retention pass removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,24 +59,26 @@ pub const SEGMENTS_PER_ROUND_MAX: usize = 10;
 /// segment when `at_once`), oldest first, stopping at the first one that is kept and after
 /// `SEGMENTS_PER_ROUND_MAX`.
 pub fn delete_expired(
-    shared: &Shared,
+    log: &Log,
+    queues: &Queues,
+    index: &Index,
     now_ms: i64,
     reserve_ms: u64,
     at_once: bool,
 ) -> Result<RetentionReport, RetentionError> {
-    let bases = shared.segments.bases();
+    let bases = log.bases();
     let mut doomed = Vec::new();
     // Only segments wholly below the published written position are sealed: the appender
     // lists the next segment before the group that rolled into it is published, and rolls
     // back to the previous one if that group fails (a full disk, exactly when retention runs
     // at once).
-    let written = shared.written_position.load(Ordering::Acquire);
+    let written = log.written();
     let sealed = bases
         .iter()
         .take(bases.len().saturating_sub(1))
-        .filter(|&&base| base + shared.config.segment_bytes <= written);
+        .filter(|&&base| base + log.segment_bytes() <= written);
     for &base in sealed.take(SEGMENTS_PER_ROUND_MAX) {
-        let path = shared.segments.path(base);
+        let path = log.segment_path(base);
         let expired = at_once
             || modified_ms(&path)
                 .map_err(|e| retention_error(&path, &e))?
@@ -87,18 +90,16 @@ pub fn delete_expired(
         doomed.push(base);
     }
     let mut report = RetentionReport {
-        min_position: shared.min_position.load(Ordering::Acquire),
+        min_position: log.min_position(),
         ..RetentionReport::default()
     };
     let Some(&last_doomed) = doomed.last() else {
         return Ok(report);
     };
-    let min_position = last_doomed + shared.config.segment_bytes;
-    shared
-        .min_position
-        .fetch_max(min_position, Ordering::AcqRel);
+    let min_position = last_doomed + log.segment_bytes();
+    log.raise_min_position(min_position);
     report.min_position = min_position;
-    for queue in shared.all_queues() {
+    for queue in queues.all() {
         match queue.drop_below(min_position) {
             Ok(deleted) => report.consume_queue_files_deleted += deleted,
             Err(e) => report
@@ -106,17 +107,15 @@ pub fn delete_expired(
                 .push(retention_error(&queue.path_for(0), &e).to_string()),
         }
     }
-    match shared.index.delete_below(min_position) {
+    match index.delete_below(min_position) {
         Ok(deleted) => report.index_files_deleted = deleted,
         Err(e) => report
             .problems
-            .push(retention_error(&shared.config.index_dir, &e).to_string()),
+            .push(retention_error(index.dir(), &e).to_string()),
     }
     for base in doomed {
-        shared
-            .segments
-            .remove(base)
-            .map_err(|e| retention_error(&shared.segments.path(base), &e))?;
+        log.remove_segment(base)
+            .map_err(|e| retention_error(&log.segment_path(base), &e))?;
         report.segments_deleted += 1;
     }
     Ok(report)

@@ -1,7 +1,11 @@
-//! A CommitLog fsync that fails: ext4 on a loop device whose backing file lives on a tmpfs that
-//! is full, so writes reach the page cache but their writeback fails. Linux drops the failed
-//! pages' dirty state and may report the next fsync as a success; the checkpoint must not
-//! pass the range whose fsync failed, or recovery would never rescan it.
+//! A full disk under the CommitLog: ext4 on a loop device whose backing file lives on a tmpfs
+//! that is full. Which fails first depends on timing: usually a write reaches the page cache
+//! and its writeback fails, so the fsync reports the error (and Linux drops the failed pages'
+//! dirty state and may report the next fsync as a success); under load the write itself can
+//! fail. Either way the store promises the same: a send whose write failed is answered with an
+//! error, one whose fsync failed is answered TimedOut, the checkpoint never passes a failed
+//! fsync (or recovery would never rescan its range), and every send acknowledged as flushed is
+//! there after a reopen.
 //!
 //! Needs root (mount, losetup); skipped, with a message, where it cannot set that up.
 
@@ -11,7 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use quiver_store::{FlushMode, FlushStatus, Store, StoreConfig};
+use quiver_store::{
+    AppendError, AppendOutcome, Appended, FlushMode, FlushStatus, OpenError, ReadStatus, Record,
+    Store, StoreConfig,
+};
 
 /// tmpfs → sparse image → loop device → ext4, undone in reverse when dropped.
 struct ThinDisk {
@@ -95,7 +102,10 @@ impl Drop for ThinDisk {
 fn config(root: &Path) -> StoreConfig {
     let mut config = StoreConfig::under(root);
     config.segment_bytes = 4 << 20;
-    config.flush = FlushMode::SYNC_DEFAULT;
+    // Far longer than any wait here, so that TimedOut can only mean a failed fsync.
+    config.flush = FlushMode::Sync {
+        timeout_ms: 3_600_000,
+    };
     config
 }
 
@@ -105,8 +115,51 @@ fn checkpoint_flushed_position(root: &Path) -> u64 {
     u64::from_be_bytes(bytes[8..16].try_into().expect("8 bytes"))
 }
 
+/// What the sends were answered, sorted by what the store promises for each.
+#[derive(Default)]
+struct Answers {
+    /// Acknowledged as flushed: must be readable after a reopen.
+    flushed: Vec<(Record, Appended)>,
+    /// Where the first send answered TimedOut (its fsync, or one after its write, failed)
+    /// was written.
+    timed_out_from: Option<u64>,
+    /// Answered with an error: the write failed and was rolled back (or the store refuses
+    /// writes until it is reopened, if the rollback failed too).
+    failed: usize,
+}
+
+impl Answers {
+    /// Records one send's answer; returns whether it was a failure of either kind.
+    fn note(&mut self, record: Record, answer: Result<AppendOutcome, AppendError>) -> bool {
+        match answer {
+            Ok(outcome) if outcome.flush == FlushStatus::Ok => {
+                self.flushed.push((record, outcome.entries[0]));
+                false
+            }
+            Ok(outcome) => {
+                let position = outcome.entries[0].position;
+                self.timed_out_from =
+                    Some(self.timed_out_from.map_or(position, |p| p.min(position)));
+                true
+            }
+            Err(AppendError::Io(_) | AppendError::DiskFull(_)) => {
+                self.failed += 1;
+                true
+            }
+            Err(e) => panic!("a full disk answered with {e:?}"),
+        }
+    }
+}
+
+/// The i-th send's record: a body no other send has, so that a read finds this one only.
+fn numbered(i: usize) -> Record {
+    let mut body = format!("{i:08}").into_bytes();
+    body.resize(4000, b'q');
+    simple("T", (i % 4) as u32, &body)
+}
+
 #[test]
-fn the_checkpoint_never_passes_a_failed_fsync() {
+fn a_full_disk_fails_sends_but_loses_no_acknowledged_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let Some(disk) = ThinDisk::set_up(dir.path()) else {
         eprintln!("skipped: cannot mount a tmpfs-backed loop device here (needs root)");
@@ -114,40 +167,81 @@ fn the_checkpoint_never_passes_a_failed_fsync() {
     };
     let root = disk.mount.join("store");
     let (store, _) = Store::open(config(&root)).expect("open");
-    let body = vec![b'q'; 4000];
-    let send = |i: usize| append(&store, vec![simple("T", (i % 4) as u32, &body)]).expect("append");
-    for i in 0..100 {
-        assert_eq!(send(i).flush, FlushStatus::Ok);
+    let mut answers = Answers::default();
+    let mut next = 0;
+    let mut send = |store: &Store, answers: &mut Answers| {
+        let record = numbered(next);
+        next += 1;
+        answers.note(record.clone(), append(store, vec![record]))
+    };
+    for _ in 0..100 {
+        assert!(!send(&store, &mut answers), "a send failed with space left");
     }
-    // Let the zero-filler get ahead while writeback still works.
+    // Lets the zero-filler get ahead while writeback still works; nothing below depends on it.
     std::thread::sleep(std::time::Duration::from_millis(300));
     disk.fill_backing(256 << 10);
 
-    let mut failed_at = None;
-    for i in 100..20_000 {
-        let outcome = send(i);
-        if outcome.flush == FlushStatus::TimedOut {
-            failed_at = Some(outcome.entries[0].position);
-            break;
-        }
-    }
-    let failed_at = failed_at.expect("an fsync failed once the backing store was full");
+    // 20,000 sends of 4 KB are 80 MB, far past the 256 KiB left.
+    let failed = (0..20_000).any(|_| send(&store, &mut answers));
+    assert!(
+        failed,
+        "a write or an fsync failed once the backing store was full"
+    );
 
-    // Space returns: later fsyncs succeed, though the failed pages may never reach the disk.
+    // Space returns: later writes and fsyncs may succeed, though pages whose writeback failed
+    // may never reach the disk. Every send is answered, one way or the other.
     disk.free_backing();
-    let mut synced_again = false;
-    for i in 0..200 {
-        if send(i).flush == FlushStatus::Ok {
-            synced_again = true;
-        }
+    for _ in 0..200 {
+        send(&store, &mut answers);
     }
-    assert!(synced_again, "fsyncs succeed once space returns");
-    store.close().expect("close");
+    // A ConsumeQueue or index page whose writeback failed while the disk was full makes the
+    // next fsync of its file fail, once: close may be the one told. Recovery then rescans from
+    // the last checkpoint written.
+    match store.close() {
+        Ok(()) => {}
+        Err(e @ OpenError::Io { .. }) => eprintln!("close after a full disk: {e}"),
+        Err(e) => panic!("close: {e:?}"),
+    }
     drop(store);
 
-    let checkpoint = checkpoint_flushed_position(&root);
-    assert!(
-        checkpoint <= failed_at,
-        "checkpoint at {checkpoint} passed the fsync that failed at {failed_at}"
+    if let Some(timed_out_from) = answers.timed_out_from {
+        let checkpoint = checkpoint_flushed_position(&root);
+        assert!(
+            checkpoint <= timed_out_from,
+            "checkpoint at {checkpoint} passed the fsync that failed at {timed_out_from}"
+        );
+    }
+
+    // A reopen recovers whatever failed: sends are acknowledged again, and every send that was
+    // acknowledged as flushed is read back as it was stored.
+    let (store, _) = Store::open(config(&root)).expect("reopen");
+    let record = numbered(next);
+    let outcome = append(&store, vec![record.clone()]).expect("a send after reopening");
+    assert_eq!(outcome.flush, FlushStatus::Ok);
+    answers.flushed.push((record, outcome.entries[0]));
+    for (record, appended) in &answers.flushed {
+        let read = store
+            .read(
+                "T",
+                record.queue_id,
+                appended.queue_offset,
+                1,
+                u32::MAX,
+                &accept_all,
+            )
+            .expect("read");
+        assert_eq!(read.status, ReadStatus::Found, "{appended:?}");
+        assert_eq!(
+            read.bytes,
+            stored(record, appended.queue_offset, appended.position),
+            "{appended:?}"
+        );
+    }
+    eprintln!(
+        "{} sends acknowledged as flushed, {} failed writes, first TimedOut at {:?}",
+        answers.flushed.len(),
+        answers.failed,
+        answers.timed_out_from
     );
+    store.close().expect("close");
 }

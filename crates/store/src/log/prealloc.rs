@@ -1,17 +1,18 @@
-//! Zero-filling the active segment ahead of the appender.
+//! Zero-filling the active segment ahead of the CommitLog writer.
 //!
 //! Why: an fdatasync that must also record a larger file size commits the filesystem journal
 //! (ext4: a jbd2 transaction and a second device flush). Measured on the build machine, a 12 KiB
 //! write plus fdatasync took 133 µs and ~2 context switches when it grew the file, 43 µs and one
 //! switch when it landed in space already written with zeros and fsynced. With sync flush every
-//! group pays one fdatasync, so the appender writes into zeroed space whenever it can.
+//! group pays one fdatasync, so the writer writes into zeroed space whenever it can.
 //!
 //! How: a background thread keeps `[written, written + AHEAD_BYTES)` of the active segment
 //! filled with zeros and fsynced, one `CHUNK_BYTES` at a time. The bytes at and past `end` are
 //! never data; both sides keep that true by writing past `end` only under the lock and raising
-//! `end` afterwards. The appender writes below `end` without the lock; if it outruns the
-//! filler it writes past `end` under the lock (the old, slower path) and the filler resumes
-//! from there.
+//! `end` afterwards. The filler tells the writer how far it has filled (`zeroed_end`); the
+//! writer (`commitlog::write_in_segment`) writes below that without the lock, and if it outruns
+//! the filler it writes past `end` under the lock (`hold`; the old, slower path) and the
+//! filler resumes from there.
 //!
 //! Recovery treats an all-zero tail of the last segment as unused space and cuts it.
 
@@ -21,10 +22,10 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::shared::Shared;
+use super::Log;
 
 /// How far past the written position the filler keeps zeros ready: at 100 MB/s of appends
 /// that is 160 ms of headroom, far more than one fill round takes.
@@ -49,70 +50,41 @@ struct Zeroed {
     end: u64,
 }
 
-pub struct Preallocation {
+pub struct ZeroFiller {
     state: Mutex<Zeroed>,
     /// The filler's own descriptor of the active segment, by base. Its fdatasync must not be
-    /// the one that learns of a failed writeback of the appender's pages: Linux reports such
+    /// the one that learns of a failed writeback of the writer's pages: Linux reports such
     /// an error once per open file description, and the CommitLog's own fsync has to see it.
     filler_file: Mutex<Option<(u64, File)>>,
-    /// A copy of `state.end` for the appender's lock-free check.
+    /// A copy of `state.end` for the writer's lock-free check.
     zeroed_end: AtomicU64,
 }
 
-impl Preallocation {
+impl ZeroFiller {
     /// Starts with the active segment as recovery left it: data up to `end`, nothing after.
-    pub fn new(base: u64, file: Option<Arc<File>>, end: u64) -> Preallocation {
-        Preallocation {
+    pub fn new(base: u64, file: Option<Arc<File>>, end: u64) -> ZeroFiller {
+        ZeroFiller {
             state: Mutex::new(Zeroed { base, file, end }),
             filler_file: Mutex::new(None),
             zeroed_end: AtomicU64::new(end),
         }
     }
 
-    /// The appender's write of `bytes` at `file_offset` in the segment at `base`.
-    pub fn write(
-        &self,
-        base: u64,
-        file: &Arc<File>,
-        file_offset: u64,
-        bytes: &[u8],
-    ) -> io::Result<()> {
-        let end = base + file_offset + bytes.len() as u64;
-        // Positions are absolute, so a `zeroed_end` left from an older segment is below
-        // every position of a newer one and sends the write to the locked path.
-        if end <= self.zeroed_end.load(Ordering::Acquire) {
-            return file.write_all_at(bytes, file_offset);
-        }
-        let mut state = self.state.lock().expect("preallocation lock poisoned");
-        if state.base != base || !state.file.as_ref().is_some_and(|f| Arc::ptr_eq(f, file)) {
-            // A new segment: nothing zeroed in it yet.
-            *state = Zeroed {
-                base,
-                file: Some(Arc::clone(file)),
-                end: base + file_offset,
-            };
-        }
-        file.write_all_at(bytes, file_offset)?;
-        state.end = state.end.max(end);
-        self.zeroed_end.store(state.end, Ordering::Release);
-        Ok(())
+    /// How far the active segment holds zeros and no data (an absolute position): the writer
+    /// may write below it without holding the filler off.
+    pub fn zeroed_end(&self) -> u64 {
+        self.zeroed_end.load(Ordering::Acquire)
     }
 
-    /// Cuts the active segment at `position` (a failed group's rollback) so that the filler
-    /// cannot race with the truncation.
-    pub fn truncate(&self, base: u64, file: &Arc<File>, position: u64) -> io::Result<()> {
-        let mut state = self.state.lock().expect("preallocation lock poisoned");
-        let result = file.set_len(position - base);
-        *state = Zeroed {
-            base,
-            file: Some(Arc::clone(file)),
-            end: position,
-        };
-        self.zeroed_end.store(position, Ordering::Release);
-        result
+    /// Holds the filler off while the writer writes past the zeroed end or cuts the segment.
+    pub fn hold(&self) -> Held<'_> {
+        Held {
+            state: self.state.lock().expect("preallocation lock poisoned"),
+            zeroed_end: &self.zeroed_end,
+        }
     }
 
-    /// Zero-fills one chunk if the appender is closer than `AHEAD_BYTES` to the zeroed end.
+    /// Zero-fills one chunk if the writer is closer than `AHEAD_BYTES` to the zeroed end.
     /// Returns whether it filled anything.
     fn fill_once(
         &self,
@@ -154,6 +126,45 @@ impl Preallocation {
     }
 }
 
+/// The filler held off, so that the writer may write past the zeroed end (or cut the segment).
+pub struct Held<'a> {
+    state: MutexGuard<'a, Zeroed>,
+    zeroed_end: &'a AtomicU64,
+}
+
+impl Held<'_> {
+    /// Whether the filler works on `file`, the segment at `base`.
+    pub fn fills(&self, base: u64, file: &Arc<File>) -> bool {
+        self.state.base == base
+            && self
+                .state
+                .file
+                .as_ref()
+                .is_some_and(|f| Arc::ptr_eq(f, file))
+    }
+
+    /// The writer moved to `file`, the segment at `base`: data up to `end`, no zeros past it.
+    pub fn restart(&mut self, base: u64, file: &Arc<File>, end: u64) {
+        *self.state = Zeroed {
+            base,
+            file: Some(Arc::clone(file)),
+            end,
+        };
+    }
+
+    /// The writer wrote data up to `end`: the filler goes on from there if that is past it.
+    pub fn data_written_to(&mut self, end: u64) {
+        self.state.end = self.state.end.max(end);
+        self.zeroed_end.store(self.state.end, Ordering::Release);
+    }
+
+    /// The writer cut `file`, the segment at `base`, at `position`: nothing past it.
+    pub fn cut(&mut self, base: u64, file: &Arc<File>, position: u64) {
+        self.restart(base, file, position);
+        self.zeroed_end.store(position, Ordering::Release);
+    }
+}
+
 /// Writes zeros over `[from, to)` of `file`, `zeros.len()` bytes at a time.
 fn write_zeros(file: &File, zeros: &[u8], from: u64, to: u64) -> io::Result<()> {
     let mut at = from;
@@ -166,16 +177,15 @@ fn write_zeros(file: &File, zeros: &[u8], from: u64, to: u64) -> io::Result<()> 
 }
 
 /// The filler thread; ends when `stop` is dropped.
-pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
+pub fn run(log: Arc<Log>, stop: Receiver<()>) {
     let zeros = vec![0u8; ZERO_WRITE_BYTES as usize];
-    let segment_bytes = shared.config.segment_bytes;
     loop {
-        let written = shared.written_position.load(Ordering::Acquire);
+        let written = log.written();
         // Fill until caught up; an error (full disk) waits for the next poll.
-        let filled = shared
-            .preallocation
-            .fill_once(written, segment_bytes, &zeros, &|base| {
-                shared.segments.path(base)
+        let filled = log
+            .zeros
+            .fill_once(written, log.segment_bytes, &zeros, &|base| {
+                log.segments.path(base)
             })
             .unwrap_or(false);
         if filled {
@@ -190,10 +200,11 @@ pub fn run(shared: Arc<Shared>, stop: Receiver<()>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::commitlog::{cut_segment, write_in_segment};
     use super::*;
 
-    /// An empty segment at base 0 in `dir`, with its preallocation.
-    fn segment(dir: &std::path::Path) -> (PathBuf, Arc<File>, Preallocation) {
+    /// An empty segment at base 0 in `dir`, with its zero-filler.
+    fn segment(dir: &std::path::Path) -> (PathBuf, Arc<File>, ZeroFiller) {
         let path = dir.join("00000000000000000000");
         let file = OpenOptions::new()
             .read(true)
@@ -202,33 +213,33 @@ mod tests {
             .open(&path)
             .unwrap();
         let file = Arc::new(file);
-        let preallocation = Preallocation::new(0, Some(Arc::clone(&file)), 0);
-        (path, file, preallocation)
+        let filler = ZeroFiller::new(0, Some(Arc::clone(&file)), 0);
+        (path, file, filler)
     }
 
     #[test]
     fn fills_zeros_ahead_in_chunks_and_never_over_data() {
         let dir = tempfile::tempdir().unwrap();
-        let (path, file, preallocation) = segment(dir.path());
+        let (path, file, filler) = segment(dir.path());
         // Not a whole number of chunks or pages: the last fill is short.
         let segment_bytes = 2 * CHUNK_BYTES + 1000;
         let zeros = vec![0u8; ZERO_WRITE_BYTES as usize];
         let path_of = |_: u64| path.clone();
 
         let data = vec![7u8; 1500];
-        preallocation.write(0, &file, 0, &data).unwrap();
-        assert!(preallocation
+        write_in_segment(&filler, 0, &file, 0, &data).unwrap();
+        assert!(filler
             .fill_once(1500, segment_bytes, &zeros, &path_of)
             .unwrap());
         assert_eq!(file.metadata().unwrap().len(), 1500 + CHUNK_BYTES);
         assert_eq!(
-            preallocation.zeroed_end.load(Ordering::Acquire),
+            filler.zeroed_end.load(Ordering::Acquire),
             1500 + CHUNK_BYTES
         );
 
-        // Below the zeroed end the appender writes without the lock; later fills leave it be.
-        preallocation.write(0, &file, 1500, &data).unwrap();
-        while preallocation
+        // Below the zeroed end the writer writes without the lock; later fills leave it be.
+        write_in_segment(&filler, 0, &file, 1500, &data).unwrap();
+        while filler
             .fill_once(3000, segment_bytes, &zeros, &path_of)
             .unwrap()
         {}
@@ -236,27 +247,24 @@ mod tests {
         assert_eq!(bytes.len() as u64, segment_bytes);
         assert!(bytes[..3000].iter().all(|&b| b == 7));
         assert!(bytes[3000..].iter().all(|&b| b == 0));
-        assert_eq!(
-            preallocation.zeroed_end.load(Ordering::Acquire),
-            segment_bytes
-        );
+        assert_eq!(filler.zeroed_end.load(Ordering::Acquire), segment_bytes);
     }
 
     #[test]
     fn a_rollback_cuts_the_zeros_and_filling_resumes_from_the_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let (path, file, preallocation) = segment(dir.path());
+        let (path, file, filler) = segment(dir.path());
         let zeros = vec![0u8; ZERO_WRITE_BYTES as usize];
         let path_of = |_: u64| path.clone();
-        preallocation.write(0, &file, 0, &[9u8; 100]).unwrap();
-        assert!(preallocation
+        write_in_segment(&filler, 0, &file, 0, &[9u8; 100]).unwrap();
+        assert!(filler
             .fill_once(100, 8 * CHUNK_BYTES, &zeros, &path_of)
             .unwrap());
 
-        preallocation.truncate(0, &file, 60).unwrap();
+        cut_segment(&filler, 0, &file, 60).unwrap();
         assert_eq!(file.metadata().unwrap().len(), 60);
-        assert_eq!(preallocation.zeroed_end.load(Ordering::Acquire), 60);
-        assert!(preallocation
+        assert_eq!(filler.zeroed_end.load(Ordering::Acquire), 60);
+        assert!(filler
             .fill_once(60, 8 * CHUNK_BYTES, &zeros, &path_of)
             .unwrap());
         let bytes = std::fs::read(&path).unwrap();

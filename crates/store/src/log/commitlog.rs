@@ -1,17 +1,26 @@
-//! CommitLog segments: naming, the open file handles readers share, and fsync.
+//! CommitLog segments: naming, the open file handles readers share, fsync, and the one writer.
 //!
 //! A segment is one file named by its start position (20 zero-padded digits). Its length is the
-//! number of bytes written so far, plus zeros written ahead of the appender in the active
+//! number of bytes written so far, plus zeros written ahead of the writer in the active
 //! segment (see `prealloc`). Handles stay open for the life of
 //! the store so that a read is one lookup under a short lock plus one positional read.
+//!
+//! `Writer` writes bytes laid out elsewhere at the positions it is given: the appender lays out
+//! records and dispatches them (ConsumeQueue and index entries) itself. A replica's write path,
+//! the master's CommitLog bytes at the master's position, would be one more `Writer` method
+//! beside `write`, with the appender dispatching from the records parsed back out of those
+//! bytes, as recovery's scan does.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
+use super::prealloc::ZeroFiller;
+use super::Log;
 use crate::types::{OpenError, ReadError};
 
 pub const SEGMENT_NAME_DIGITS: usize = 20;
@@ -117,6 +126,14 @@ impl Segments {
         })
     }
 
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
     pub fn path(&self, base: u64) -> PathBuf {
         self.dir.join(segment_name(base))
     }
@@ -156,7 +173,7 @@ impl Segments {
         );
         // Sync flush promises durability of what an fsync of the file covered; the file's
         // directory entry must be durable too, or a crash could lose the whole segment.
-        crate::checkpoint::sync_parent_dir(&path)?;
+        crate::durable_file::sync_parent_dir(&path)?;
         let mut files = self.files.write().expect("segment map lock poisoned");
         files.insert(base, Arc::clone(&file));
         Ok(file)
@@ -204,6 +221,142 @@ impl Segments {
         }
         Ok(())
     }
+}
+
+/// The CommitLog's one writer: the next position and the active segment. Held by the appender,
+/// so by one thread at a time.
+pub struct Writer {
+    log: Arc<Log>,
+    /// Next byte to write; equals the published written position between groups.
+    position: u64,
+    segment_base: u64,
+    /// None until the segment at `segment_base` is created.
+    segment_file: Option<Arc<File>>,
+}
+
+impl Writer {
+    /// Goes on from where the log ends.
+    pub fn new(log: Arc<Log>) -> Writer {
+        let position = log.written();
+        let (segment_base, segment_file) = super::active_segment(&log.segments, position);
+        Writer {
+            log,
+            position,
+            segment_base,
+            segment_file,
+        }
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The next byte to write: between groups, the written position.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Where the segment the next byte goes to starts (or would start, before it exists).
+    pub fn segment_base(&self) -> u64 {
+        self.segment_base
+    }
+
+    /// Writes `bytes` at `file_offset` in the segment at `base`, creating the segment when it
+    /// is the next one. Nothing is published: see `advance` and `publish`.
+    pub fn write(&mut self, base: u64, file_offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let file = match &self.segment_file {
+            Some(file) if base == self.segment_base => Arc::clone(file),
+            _ => {
+                let file = self.log.segments.create(base)?;
+                self.segment_base = base;
+                self.segment_file = Some(Arc::clone(&file));
+                file
+            }
+        };
+        write_in_segment(&self.log.zeros, base, &file, file_offset, bytes)
+    }
+
+    /// The group is written up to `position` (not yet published).
+    pub fn advance(&mut self, position: u64) {
+        self.position = position;
+    }
+
+    /// Publishes the written position: everything below it is dispatched.
+    pub fn publish(&self) {
+        self.log
+            .written_position
+            .store(self.position, Ordering::Release);
+    }
+
+    /// Counts what a published group appended (`Store::stats`).
+    pub fn count_appended(&self, messages: u64, bytes: u64) {
+        let log = &self.log;
+        log.messages_appended.fetch_add(messages, Ordering::Relaxed);
+        log.bytes_appended.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Undoes a failed group's writes: segments it created are removed and the active one is
+    /// cut back to the published position. What could not be undone goes to `failures`.
+    pub fn roll_back(&mut self, failures: &mut Vec<String>) {
+        let published = self.log.written();
+        let segment_bytes = self.log.segment_bytes;
+        // Segments created by this group start past the published position.
+        while self.segment_file.is_some() && self.segment_base > published {
+            if let Err(e) = self.log.segments.remove(self.segment_base) {
+                failures.push(e.to_string());
+            }
+            self.segment_base -= segment_bytes;
+            self.segment_file = self.log.segments.find(self.segment_base).map(|(_, f)| f);
+        }
+        if self.segment_base > published {
+            self.segment_base = published;
+        }
+        if let Some(file) = &self.segment_file {
+            if let Err(e) = cut_segment(&self.log.zeros, self.segment_base, file, published) {
+                failures.push(e.to_string());
+            }
+        }
+        self.position = published;
+    }
+}
+
+/// The write of `bytes` at `file_offset` in the segment at `base`. Below the zeroed end it
+/// needs no lock; past it, it holds the filler off (see `prealloc`).
+pub(super) fn write_in_segment(
+    zeros: &ZeroFiller,
+    base: u64,
+    file: &Arc<File>,
+    file_offset: u64,
+    bytes: &[u8],
+) -> io::Result<()> {
+    let end = base + file_offset + bytes.len() as u64;
+    // Positions are absolute, so a zeroed end left from an older segment is below every
+    // position of a newer one and sends the write to the locked path.
+    if end <= zeros.zeroed_end() {
+        return file.write_all_at(bytes, file_offset);
+    }
+    let mut zeroed = zeros.hold();
+    if !zeroed.fills(base, file) {
+        // A new segment: nothing zeroed in it yet.
+        zeroed.restart(base, file, base + file_offset);
+    }
+    file.write_all_at(bytes, file_offset)?;
+    zeroed.data_written_to(end);
+    Ok(())
+}
+
+/// Cuts the active segment at `position` (a failed group's rollback) so that the filler
+/// cannot race with the truncation.
+pub(super) fn cut_segment(
+    zeros: &ZeroFiller,
+    base: u64,
+    file: &Arc<File>,
+    position: u64,
+) -> io::Result<()> {
+    let mut zeroed = zeros.hold();
+    let result = file.set_len(position - base);
+    zeroed.cut(base, file, position);
+    result
 }
 
 #[cfg(test)]

@@ -10,11 +10,21 @@
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::time::Instant;
 
-use crate::appender::SyncBatch;
-use crate::flusher;
+use super::flusher;
+use crate::log::Log;
 use crate::relock;
-use crate::shared::Shared;
+use crate::types::{AppendDone, AppendOutcome};
+
+/// Completions waiting for an fsync that reaches `end_position` (sync flush).
+pub struct SyncBatch {
+    pub end_position: u64,
+    /// `Log::fsync_failures` before the group was written.
+    pub failures_before: u64,
+    pub deadline: Instant,
+    pub completions: Vec<(AppendDone, AppendOutcome)>,
+}
 
 thread_local! {
     /// Set while this thread runs completions, which it does holding the syncer.
@@ -38,7 +48,7 @@ impl Drop for Completing {
 }
 
 pub struct GroupCommit {
-    shared: Arc<Shared>,
+    log: Arc<Log>,
     /// Written groups waiting for an fsync.
     unsynced: Mutex<Vec<SyncBatch>>,
     /// The right to run a group commit.
@@ -54,9 +64,9 @@ struct ThreadState {
 }
 
 impl GroupCommit {
-    pub fn new(shared: Arc<Shared>) -> GroupCommit {
+    pub fn new(log: Arc<Log>) -> GroupCommit {
         GroupCommit {
-            shared,
+            log,
             unsynced: Mutex::new(Vec::new()),
             syncer: Mutex::new(()),
             thread: Mutex::new(ThreadState::default()),
@@ -111,7 +121,7 @@ impl GroupCommit {
             return false;
         }
         let _completing = Completing::start();
-        flusher::complete_synced(&self.shared, &mut batches);
+        flusher::complete_synced(&self.log, &mut batches);
         true
     }
 

@@ -11,13 +11,13 @@
 //! Errors are not fatal here: an fsync that fails is retried on the next round, and sync
 //! requests it should have covered are completed as `TimedOut` (written, durability unknown).
 
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::appender::SyncBatch;
-use crate::shared::Shared;
+use super::group_commit::SyncBatch;
+use super::Durability;
+use crate::log::Log;
 use crate::types::FlushStatus;
 
 pub const PAGE_BYTES: u64 = 4096;
@@ -25,22 +25,28 @@ pub const PAGE_BYTES: u64 = 4096;
 pub const THOROUGH_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
 pub const SYNC_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
 
-pub fn run_async(shared: Arc<Shared>, stop: Receiver<()>, interval_ms: u64, least_pages: u32) {
+pub fn run_async(
+    durability: Arc<Durability>,
+    stop: Receiver<()>,
+    interval_ms: u64,
+    least_pages: u32,
+) {
     let interval = Duration::from_millis(interval_ms.max(1));
     let mut last_thorough = Instant::now();
     loop {
         match stop.recv_timeout(interval) {
             Err(RecvTimeoutError::Timeout) => {}
-            // Closing: close() does the final flush itself, after the appender has drained.
+            // Closing: close() does the final flush itself, once everything queued is written.
             _ => return,
         }
         let thorough = last_thorough.elapsed() >= THOROUGH_FLUSH_INTERVAL;
-        let written = shared.written_position.load(Ordering::Acquire);
-        let flushed = shared.flushed_position.load(Ordering::Acquire);
+        let log = &durability.log;
+        let written = log.written();
+        let flushed = log.flushed();
         let unflushed_bytes = written.saturating_sub(flushed);
         if unflushed_bytes > 0
             && (thorough || unflushed_bytes >= u64::from(least_pages) * PAGE_BYTES)
-            && shared.flush_commitlog(written).is_err()
+            && log.flush(written).is_err()
         {
             continue;
         }
@@ -48,7 +54,7 @@ pub fn run_async(shared: Arc<Shared>, stop: Receiver<()>, interval_ms: u64, leas
             last_thorough = Instant::now();
         }
         // A failed checkpoint leaves the previous one, which is still true; retry next round.
-        let _ = shared.write_checkpoint();
+        let _ = durability.write_checkpoint();
     }
 }
 
@@ -56,10 +62,10 @@ pub fn run_async(shared: Arc<Shared>, stop: Receiver<()>, interval_ms: u64, leas
 /// completes them all (as `TimedOut` past their deadline, when the fsync failed, or when any
 /// CommitLog fsync failed since the batch was written: written, durability unknown). Leaves
 /// `batches` empty.
-pub fn complete_synced(shared: &Shared, batches: &mut Vec<SyncBatch>) {
+pub fn complete_synced(log: &Log, batches: &mut Vec<SyncBatch>) {
     let target = batches.iter().map(|b| b.end_position).max().unwrap_or(0);
-    let flushed = shared.flush_commitlog(target).is_ok();
-    let failures = shared.fsync_failures.load(Ordering::Acquire);
+    let flushed = log.flush(target).is_ok();
+    let failures = log.fsync_failures();
     let now = Instant::now();
     for batch in batches.drain(..) {
         let flush = if flushed && now <= batch.deadline && batch.failures_before == failures {
@@ -74,8 +80,8 @@ pub fn complete_synced(shared: &Shared, batches: &mut Vec<SyncBatch>) {
     }
 }
 
-pub fn run_checkpointer(shared: Arc<Shared>, stop: Receiver<()>) {
+pub fn run_checkpointer(durability: Arc<Durability>, stop: Receiver<()>) {
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(SYNC_CHECKPOINT_INTERVAL) {
-        let _ = shared.write_checkpoint();
+        let _ = durability.write_checkpoint();
     }
 }

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use crate::checkpoint::sync_parent_dir;
-use crate::commitlog::{open_read_write, parse_segment_name, segment_name};
+use crate::durable_file::sync_parent_dir;
+use crate::log::commitlog::{open_read_write, parse_segment_name, segment_name};
 
 pub const ENTRY_BYTES: usize = 20;
 const _: () = assert!(ENTRY_BYTES == 8 + 4 + 8);

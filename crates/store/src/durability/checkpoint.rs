@@ -15,9 +15,10 @@
 //!
 //! It is replaced atomically: written to `<path>.tmp`, fsynced, renamed over, directory fsynced.
 
-use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
+
+use crate::durable_file::replace_file;
 
 pub const CHECKPOINT_BYTES: usize = 48;
 const MAGIC: u32 = u32::from_be_bytes(*b"QVCP");
@@ -96,41 +97,6 @@ pub fn read(path: &Path) -> io::Result<Option<Result<Checkpoint, CheckpointError
 
 pub fn write(path: &Path, checkpoint: &Checkpoint) -> io::Result<()> {
     replace_file(path, &checkpoint.encode())
-}
-
-/// Replaces the file at `path` with `bytes` so that a crash leaves the old or the new content:
-/// written to `<path>.tmp`, fsynced, renamed over, directory fsynced.
-pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = Path::new(&tmp_name);
-    {
-        let mut file = File::create(tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(tmp, path)?;
-    sync_parent_dir(path)
-}
-
-/// `replace_file`, except that empty content removes the file (durably) instead.
-pub fn replace_or_remove_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    if !bytes.is_empty() {
-        return replace_file(path, bytes);
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => sync_parent_dir(path),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Makes a rename or a new file durable: the directory entry lives in the parent.
-pub fn sync_parent_dir(path: &Path) -> io::Result<()> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
-        _ => Ok(()),
-    }
 }
 
 pub fn now_ms() -> i64 {

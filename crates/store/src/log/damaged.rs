@@ -10,8 +10,14 @@
 use std::io;
 use std::path::Path;
 
-use crate::checkpoint;
-use crate::shared::BadRange;
+use crate::durable_file;
+
+/// A CommitLog range found damaged at recovery: never served as records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadRange {
+    pub start: u64,
+    pub end: u64,
+}
 
 /// The ranges in the file (none if there is no file). A line that is not two positions with
 /// start below end is reported in `problems` and ignored.
@@ -59,7 +65,7 @@ pub fn store(path: &Path, ranges: &[BadRange]) -> io::Result<()> {
         .iter()
         .map(|r| format!("{} {}\n", r.start, r.end))
         .collect();
-    checkpoint::replace_or_remove_file(path, text.as_bytes())
+    durable_file::replace_or_remove_file(path, text.as_bytes())
 }
 
 #[cfg(test)]

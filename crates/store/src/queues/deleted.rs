@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-use crate::checkpoint;
+use crate::durable_file;
 
 const TRASH_MARK: &str = ".deleted-";
 
@@ -89,7 +89,7 @@ pub fn store(path: &Path, deletions: &Deletions) -> io::Result<()> {
         .iter()
         .map(|(topic, position)| format!("{position} {topic}\n"))
         .collect();
-    checkpoint::replace_or_remove_file(path, text.as_bytes())
+    durable_file::replace_or_remove_file(path, text.as_bytes())
 }
 
 #[cfg(test)]
@@ -100,7 +100,7 @@ mod tests {
     fn trash_names_round_trip_and_cannot_be_topics() {
         let name = trash_name("%RETRY%group-a", 4096);
         assert_eq!(parse_trash_name(&name), Some(("%RETRY%group-a", 4096)));
-        assert!(!crate::appender::valid_topic(&name));
+        assert!(!super::super::valid_topic(&name));
         assert_eq!(parse_trash_name("TopicA"), None);
         assert_eq!(parse_trash_name(".deleted-12"), None);
         assert_eq!(parse_trash_name("TopicA.deleted-"), None);

@@ -1,0 +1,192 @@
+//! The CommitLog layer: the segments, the positions it publishes (written, flushed, min), its
+//! fsync and the record of fsyncs that failed, zero-filling ahead of the writer, and the ranges
+//! recovery found damaged.
+//!
+//! One `Writer` (`commitlog.rs`), held by whoever holds the appender, writes the log; it
+//! publishes the written position only once the records' ConsumeQueue and index entries exist,
+//! so everything below it is dispatched. Readers take a segment's handle under a short lock and
+//! read positions below what is published.
+
+pub mod commitlog;
+pub mod damaged;
+pub mod prealloc;
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::types::{ReadError, StoreStats};
+use commitlog::Segments;
+use damaged::BadRange;
+use prealloc::ZeroFiller;
+
+pub use commitlog::Writer;
+
+pub struct Log {
+    segments: Segments,
+    segment_bytes: u64,
+    /// Everything below is written and dispatched (ConsumeQueue and index entries exist).
+    written_position: AtomicU64,
+    /// Everything below is fsynced in the CommitLog.
+    flushed_position: AtomicU64,
+    /// Where the first failed CommitLog fsync began (`u64::MAX`: none since the store opened).
+    /// Linux may drop the pages a failed writeback held and report the next fsync as a
+    /// success, so the checkpoint never passes this: recovery rescans from before it.
+    fsync_failed_from: AtomicU64,
+    /// How many CommitLog fsyncs have failed, whoever ran them. A group written before a
+    /// failure is never acknowledged as flushed after it: the failed writeback may have held its
+    /// pages, and the fsync that reported the error (perhaps another caller's) was the only one
+    /// that would.
+    fsync_failures: AtomicU64,
+    fsyncs: AtomicU64,
+    min_position: AtomicU64,
+    messages_appended: AtomicU64,
+    bytes_appended: AtomicU64,
+    /// Ranges recovery found damaged (`damaged.rs`), kept out of reads.
+    damaged: Vec<BadRange>,
+    /// Zeroed space ahead of the writer in the active segment.
+    zeros: ZeroFiller,
+}
+
+impl Log {
+    /// The log as recovery leaves it: valid up to `end`, nothing before `min_position`.
+    pub fn new(segments: Segments, end: u64, min_position: u64, damaged: Vec<BadRange>) -> Log {
+        let segment_bytes = segments.segment_bytes();
+        let (base, file) = active_segment(&segments, end);
+        Log {
+            zeros: ZeroFiller::new(base, file, end),
+            segments,
+            segment_bytes,
+            written_position: AtomicU64::new(end),
+            flushed_position: AtomicU64::new(0),
+            fsync_failed_from: AtomicU64::new(u64::MAX),
+            fsync_failures: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            min_position: AtomicU64::new(min_position),
+            messages_appended: AtomicU64::new(0),
+            bytes_appended: AtomicU64::new(0),
+            damaged,
+        }
+    }
+
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// The CommitLog directory.
+    pub fn dir(&self) -> &Path {
+        self.segments.dir()
+    }
+
+    pub fn segment_path(&self, base: u64) -> PathBuf {
+        self.segments.path(base)
+    }
+
+    /// The segment holding `position`, if it exists.
+    pub fn find(&self, position: u64) -> Option<(u64, Arc<File>)> {
+        self.segments.find(position)
+    }
+
+    /// Reads `buf.len()` bytes at `position`; the range must lie in one segment.
+    pub fn read_at(&self, position: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.segments.read_at(position, buf)
+    }
+
+    pub fn bases(&self) -> Vec<u64> {
+        self.segments.bases()
+    }
+
+    /// The first segment on disk: retention raises `min_position` before it removes segments.
+    pub fn first_base(&self) -> Option<u64> {
+        self.segments.first_base()
+    }
+
+    /// Everything below is written and dispatched.
+    pub fn written(&self) -> u64 {
+        self.written_position.load(Ordering::Acquire)
+    }
+
+    /// Everything below is fsynced.
+    pub fn flushed(&self) -> u64 {
+        self.flushed_position.load(Ordering::Acquire)
+    }
+
+    /// How far a checkpoint may vouch for the CommitLog: the flushed position, held below the
+    /// first fsync that failed until the store reopens.
+    pub fn durable(&self) -> u64 {
+        self.flushed()
+            .min(self.fsync_failed_from.load(Ordering::Acquire))
+    }
+
+    /// How many CommitLog fsyncs have failed since the store opened.
+    pub fn fsync_failures(&self) -> u64 {
+        self.fsync_failures.load(Ordering::Acquire)
+    }
+
+    /// How many CommitLog fsync rounds have succeeded.
+    pub fn fsyncs(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// The first position still in the log: below it, retention has removed (or is removing)
+    /// the segments.
+    pub fn min_position(&self) -> u64 {
+        self.min_position.load(Ordering::Acquire)
+    }
+
+    /// Retention, before it removes the segments below `position`.
+    pub fn raise_min_position(&self, position: u64) {
+        self.min_position.fetch_max(position, Ordering::AcqRel);
+    }
+
+    /// Deletes and forgets a segment (retention).
+    pub fn remove_segment(&self, base: u64) -> io::Result<()> {
+        self.segments.remove(base)
+    }
+
+    /// Whether `position` lies in a range recovery found damaged.
+    pub fn is_damaged(&self, position: u64) -> bool {
+        self.damaged
+            .iter()
+            .any(|r| r.start <= position && position < r.end)
+    }
+
+    /// fsyncs the CommitLog up to `target` and publishes the new flushed position.
+    pub fn flush(&self, target: u64) -> io::Result<()> {
+        let flushed = self.flushed_position.load(Ordering::Acquire);
+        if target <= flushed {
+            return Ok(());
+        }
+        if let Err(e) = self.segments.sync_range(flushed, target) {
+            self.fsync_failed_from.fetch_min(flushed, Ordering::AcqRel);
+            self.fsync_failures.fetch_add(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.flushed_position.fetch_max(target, Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            min_position: self.min_position(),
+            written_position: self.written(),
+            flushed_position: self.flushed(),
+            messages_appended: self.messages_appended.load(Ordering::Relaxed),
+            bytes_appended: self.bytes_appended.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The segment the writer goes on with when the log ends at `end`: the last one if `end` lies
+/// in it, else none yet (the next segment starts at `end`).
+fn active_segment(segments: &Segments, end: u64) -> (u64, Option<Arc<File>>) {
+    match segments.last() {
+        Some((base, file)) if base <= end && end < base + segments.segment_bytes() => {
+            (base, Some(file))
+        }
+        _ => (end, None),
+    }
+}

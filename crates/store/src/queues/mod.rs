@@ -1,0 +1,283 @@
+//! The queues layer: every ConsumeQueue by topic and queue id, the deleted topics, and who is
+//! told of arrivals.
+//!
+//! The appender creates queues and writes their entries; readers look them up under a short
+//! read lock and read entries below each queue's published max offset. Deleting a topic
+//! (`deleted.rs`) removes its queues from the map and lists where the CommitLog stood.
+
+pub mod consume_queue;
+pub mod deleted;
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::durable_file::sync_parent_dir;
+use crate::log::Log;
+use crate::types::{DeleteTopicError, OpenError, StoreConfig, TopicDeletion};
+use consume_queue::ConsumeQueue;
+use deleted::Deletions;
+
+/// `(topic, queue_id, new max_offset)`, called on the thread that wrote the group.
+pub type ArrivalListener = Arc<dyn Fn(&str, u32, u64) + Send + Sync>;
+type QueueMap = HashMap<String, HashMap<u32, Arc<ConsumeQueue>>>;
+
+/// RocketMQ's topic character set; it also keeps topic names safe as directory names.
+pub fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= 255
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'))
+}
+
+pub struct Queues {
+    /// The ConsumeQueue directory.
+    root: PathBuf,
+    entries_per_file: u64,
+    map: RwLock<QueueMap>,
+    /// Deleted topics (`deleted.rs`); written under the appender lock.
+    deletions: RwLock<Deletions>,
+    deletions_path: PathBuf,
+    listener: RwLock<Option<ArrivalListener>>,
+}
+
+impl Queues {
+    /// Finishes the topic deletions a crash interrupted, then opens every queue on disk.
+    pub fn open(config: &StoreConfig, problems: &mut Vec<String>) -> Result<Queues, OpenError> {
+        let deletions = finish_deletions(config, problems)?;
+        let map = open_queues(config)?;
+        Ok(Queues {
+            root: config.consume_queue_dir.clone(),
+            entries_per_file: config.consume_queue_entries_per_file,
+            map: RwLock::new(map),
+            deletions: RwLock::new(deletions),
+            deletions_path: config.deleted_topics_path.clone(),
+            listener: RwLock::new(None),
+        })
+    }
+
+    pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+        let map = self.map.read().expect("queue map lock poisoned");
+        map.get(topic)?.get(&queue_id).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ConsumeQueue>> {
+        let map = self.map.read().expect("queue map lock poisoned");
+        map.values().flat_map(|q| q.values().cloned()).collect()
+    }
+
+    /// The queue, created (directory included) if it does not exist yet.
+    pub fn get_or_create(&self, topic: &str, queue_id: u32) -> io::Result<Arc<ConsumeQueue>> {
+        if let Some(queue) = self.get(topic, queue_id) {
+            return Ok(queue);
+        }
+        let queue = Arc::new(ConsumeQueue::open(
+            &self.root,
+            topic,
+            queue_id,
+            self.entries_per_file,
+        )?);
+        let mut map = self.map.write().expect("queue map lock poisoned");
+        let by_id = map.entry(topic.to_string()).or_default();
+        Ok(Arc::clone(by_id.entry(queue_id).or_insert(queue)))
+    }
+
+    /// Whether the record of `topic` at `position` belongs to a deleted topic.
+    pub fn is_deleted(&self, topic: &str, position: u64) -> bool {
+        let deletions = self.deletions.read().expect("deletions lock poisoned");
+        deleted::is_deleted(&deletions, topic, position)
+    }
+
+    /// The deleted topics now (recovery's scan passes over their records).
+    pub fn deletions(&self) -> Deletions {
+        self.deletions
+            .read()
+            .expect("deletions lock poisoned")
+            .clone()
+    }
+
+    /// After recovery: drops deletions below the log's first position and lowers those past
+    /// its end (`end`), rewriting the list if that changed it.
+    pub fn tidy_deletions(&self, min_position: u64, end: u64, problems: &mut Vec<String>) {
+        let mut deletions = self.deletions.write().expect("deletions lock poisoned");
+        let before = deletions.clone();
+        deleted::prune(&mut deletions, min_position);
+        // A deletion past the log's end (files cut by hand): every record of the topic left is
+        // older, and the ones appended from here on are not.
+        for position in deletions.values_mut() {
+            *position = (*position).min(end);
+        }
+        if *deletions != before {
+            // Only tidying: the entries it would drop or lower do no harm until the next open.
+            if let Err(e) = deleted::store(&self.deletions_path, &deletions) {
+                let path = self.deletions_path.display();
+                problems.push(format!("{path}: cannot rewrite: {e}"));
+            }
+        }
+    }
+
+    /// Called on the thread that wrote each group, after it, once per queue touched.
+    pub fn set_listener(&self, listener: ArrivalListener) {
+        *self.listener.write().expect("listener lock poisoned") = Some(listener);
+    }
+
+    pub fn listener(&self) -> Option<ArrivalListener> {
+        self.listener
+            .read()
+            .expect("listener lock poisoned")
+            .clone()
+    }
+
+    /// Deletes `topic`'s queues, the CommitLog standing at `position` (see `deleted.rs`). The
+    /// caller holds the appender, so that no append of the topic interleaves, and forgets its
+    /// own handles to the queues afterwards.
+    pub fn delete_topic(
+        &self,
+        topic: &str,
+        position: u64,
+        log: &Log,
+    ) -> Result<TopicDeletion, DeleteTopicError> {
+        let failed = |path: &Path, e: io::Error| DeleteTopicError {
+            topic: topic.to_string(),
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let root = &self.root;
+        if !valid_topic(topic) {
+            // Never a path outside the ConsumeQueue directory.
+            return Err(DeleteTopicError {
+                topic: topic.to_string(),
+                path: root.display().to_string(),
+                message: "not a valid topic name".to_string(),
+            });
+        }
+        // The log must not end below the deletion after a crash: records appended after
+        // recovery would then lie below it and be taken for the deleted topic's.
+        log.flush(position).map_err(|e| failed(log.dir(), e))?;
+        let dir = root.join(topic);
+        let trash = root.join(deleted::trash_name(topic, position));
+        // The commit point: once this rename is durable, the deletion happens.
+        let renamed = match std::fs::rename(&dir, &trash) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(failed(&dir, e)),
+        };
+        if renamed {
+            sync_parent_dir(&trash).map_err(|e| failed(root, e))?;
+        }
+        let mut next = self.deletions();
+        deleted::add(&mut next, topic, position);
+        // The first segment on disk, not the min position: retention raises that before it
+        // removes the segments, and a deletion must stay listed while any of its records may
+        // be read.
+        if let Some(first) = log.first_base() {
+            deleted::prune(&mut next, first);
+        }
+        let listed = deleted::store(&self.deletions_path, &next);
+        let listed_ok = listed.is_ok();
+        if let Err(e) = listed {
+            // Undone if the rename can be; otherwise the next open finishes the deletion from
+            // the trash directory's name, and this one carries on in memory.
+            let undone = !renamed
+                || std::fs::rename(&trash, &dir)
+                    .and_then(|()| sync_parent_dir(&dir))
+                    .is_ok();
+            if undone {
+                return Err(failed(&self.deletions_path, e));
+            }
+        }
+        let removed = self
+            .map
+            .write()
+            .expect("queue map lock poisoned")
+            .remove(topic)
+            .unwrap_or_default();
+        // Retention and the checkpoint writer may hold these still; retired, they leave the
+        // directory (where the topic may be created again) alone.
+        for queue in removed.values() {
+            queue.retire();
+        }
+        *self.deletions.write().expect("deletions lock poisoned") = next;
+        if renamed && listed_ok {
+            // Left over, the directory is removed by the next open.
+            let _ = std::fs::remove_dir_all(&trash);
+        }
+        Ok(TopicDeletion {
+            queues: removed.len(),
+            position,
+        })
+    }
+}
+
+/// Loads the deleted-topic list and finishes the deletions a crash interrupted: a ConsumeQueue
+/// directory renamed to its trash name (see `deleted.rs`) is recorded in the list and removed.
+fn finish_deletions(
+    config: &StoreConfig,
+    problems: &mut Vec<String>,
+) -> Result<Deletions, OpenError> {
+    let path = &config.deleted_topics_path;
+    let mut deletions = deleted::load(path, problems).map_err(|e| OpenError::io(path, &e))?;
+    let mut trash = Vec::new();
+    for entry in read_dir(&config.consume_queue_dir)? {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some((topic, position)) = deleted::parse_trash_name(&name) {
+            deleted::add(&mut deletions, topic, position);
+            trash.push(entry.path());
+        }
+    }
+    if trash.is_empty() {
+        return Ok(deletions);
+    }
+    if let Err(e) = deleted::store(path, &deletions) {
+        // The trash directories stay, so the next open finishes these deletions again; this
+        // one has them in memory.
+        problems.push(format!(
+            "{}: cannot record deleted topics: {e}",
+            path.display()
+        ));
+        return Ok(deletions);
+    }
+    for dir in trash {
+        // Left over, it is only skipped (its name is no topic's); the next open tries again.
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            problems.push(format!("{}: cannot remove: {e}", dir.display()));
+        }
+    }
+    Ok(deletions)
+}
+
+fn open_queues(config: &StoreConfig) -> Result<QueueMap, OpenError> {
+    let root = &config.consume_queue_dir;
+    let mut queues = QueueMap::new();
+    for topic_entry in read_dir(root)? {
+        let topic = topic_entry.file_name().to_string_lossy().into_owned();
+        if !valid_topic(&topic) || !topic_entry.path().is_dir() {
+            continue;
+        }
+        for queue_entry in read_dir(&topic_entry.path())? {
+            let Ok(queue_id) = queue_entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let queue = ConsumeQueue::open(
+                root,
+                &topic,
+                queue_id,
+                config.consume_queue_entries_per_file,
+            )
+            .map_err(|e| OpenError::io(&queue_entry.path(), &e))?;
+            queues
+                .entry(topic.clone())
+                .or_default()
+                .insert(queue_id, Arc::new(queue));
+        }
+    }
+    Ok(queues)
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<std::fs::DirEntry>, OpenError> {
+    std::fs::read_dir(dir)
+        .and_then(|entries| entries.collect::<io::Result<Vec<_>>>())
+        .map_err(|e| OpenError::io(dir, &e))
+}
