@@ -6,6 +6,7 @@
 # shared machine drifts by more than the difference being measured.
 #
 #   bench/builds-ab.sh BEFORE_BINARY AFTER_BINARY [PAIRS] [SECONDS]   # defaults: 5 pairs, 10 s
+#   TOOLS=official bench/builds-ab.sh ...                             # one tool only (bench, official)
 #
 # The bench tool of each build drives its own broker. Not run in CI: it takes many minutes.
 set -euo pipefail
@@ -38,10 +39,12 @@ check() { # FIGURE...
     done
 }
 
+TOOLS=${TOOLS:-bench official}
 echo "| tool | flush | pair | before | after |"
 echo "|---|---|---|---|---|"
 : > "$WORK/bench"
 for pair in $(seq "$PAIRS"); do
+    [[ " $TOOLS " == *" bench "* ]] || break
     read -r before_async before_sync <<< "$(bench_pair "$BEFORE")"
     read -r after_async after_sync <<< "$(bench_pair "$AFTER")"
     check "$before_async" "$before_sync" "$after_async" "$after_sync"
@@ -54,10 +57,13 @@ summary() { # TOOL FLUSH BEFORE_FILE AFTER_FILE
     b=$(median < "$3"); a=$(median < "$4")
     echo "| $1 | $2 | median | $b | $a (x$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}')) |"
 }
-awk '{print $1}' "$WORK/bench" > "$WORK/b"; awk '{print $2}' "$WORK/bench" > "$WORK/a"
-summary "quiver bench" ASYNC_FLUSH "$WORK/b" "$WORK/a"
-awk '{print $3}' "$WORK/bench" > "$WORK/b"; awk '{print $4}' "$WORK/bench" > "$WORK/a"
-summary "quiver bench" SYNC_FLUSH "$WORK/b" "$WORK/a"
+if [ -s "$WORK/bench" ]; then
+    awk '{print $1}' "$WORK/bench" > "$WORK/b"; awk '{print $2}' "$WORK/bench" > "$WORK/a"
+    summary "quiver bench" ASYNC_FLUSH "$WORK/b" "$WORK/a"
+    awk '{print $3}' "$WORK/bench" > "$WORK/b"; awk '{print $4}' "$WORK/bench" > "$WORK/a"
+    summary "quiver bench" SYNC_FLUSH "$WORK/b" "$WORK/a"
+fi
+[[ " $TOOLS " == *" official "* ]] || exit 0
 for flush in ASYNC_FLUSH SYNC_FLUSH; do
     : > "$WORK/b"; : > "$WORK/a"
     for pair in $(seq "$PAIRS"); do

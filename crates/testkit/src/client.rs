@@ -138,17 +138,21 @@ impl WireClient {
     }
 
     pub fn create_topic(&mut self, topic: &str, queues: i32) -> anyhow::Result<Command> {
-        let ext = ExtFields::new()
-            .with("topic", topic)
-            .with("defaultTopic", "TBW102")
-            .with("readQueueNums", queues)
-            .with("writeQueueNums", queues)
-            .with("perm", 6)
-            .with("topicFilterType", "SINGLE_TAG");
-        self.call(
-            Command::request(request_code::UPDATE_AND_CREATE_TOPIC, self.encoding).with_ext(ext),
-        )
+        self.call(create_topic_request(topic, queues, self.encoding))
     }
+}
+
+/// UPDATE_AND_CREATE_TOPIC for a readable and writable topic of `queues` queues, as mqadmin
+/// sends it.
+pub fn create_topic_request(topic: &str, queues: i32, encoding: Encoding) -> Command {
+    let ext = ExtFields::new()
+        .with("topic", topic)
+        .with("defaultTopic", "TBW102")
+        .with("readQueueNums", queues)
+        .with("writeQueueNums", queues)
+        .with("perm", 6)
+        .with("topicFilterType", "SINGLE_TAG");
+    Command::request(request_code::UPDATE_AND_CREATE_TOPIC, encoding).with_ext(ext)
 }
 
 /// A PULL_MESSAGE header for queue `queue_id` of `topic` from offset 0: up to 32 messages, a

@@ -6,7 +6,7 @@ mod client;
 pub mod crash;
 mod process;
 
-pub use client::{pull_header, send_request, SendOptions, WireClient};
+pub use client::{create_topic_request, pull_header, send_request, SendOptions, WireClient};
 pub use process::{terminate_pid, QuiverProcess, Started};
 
 use std::time::{Duration, Instant};

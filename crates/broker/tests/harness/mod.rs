@@ -12,10 +12,10 @@ use quiver_broker::connection::{Connection, Outgoing};
 use quiver_broker::handler::{self, Call, Reply};
 use quiver_broker::{Broker, BrokerConfig, Persisted};
 use quiver_store::Append;
-use quiver_testkit::{pull_header, send_request, SendOptions};
+use quiver_testkit::{create_topic_request, pull_header, send_request, SendOptions};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::message::StoredMessage;
-use quiver_wire::{Command, Encoding, ExtFields};
+use quiver_wire::{Command, Encoding};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// How long a test waits for the store to complete an append.
@@ -114,17 +114,8 @@ impl Harness {
     }
 
     pub async fn create_topic(&self, topic: &str, queues: i32) -> Command {
-        let ext = ExtFields::new()
-            .with("topic", topic)
-            .with("defaultTopic", "TBW102")
-            .with("readQueueNums", queues)
-            .with("writeQueueNums", queues)
-            .with("perm", 6)
-            .with("topicFilterType", "SINGLE_TAG");
-        self.call(
-            Command::request(request_code::UPDATE_AND_CREATE_TOPIC, Encoding::Json).with_ext(ext),
-        )
-        .await
+        self.call(create_topic_request(topic, queues, Encoding::Json))
+            .await
     }
 }
 
