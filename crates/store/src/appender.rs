@@ -7,8 +7,10 @@
 //! entries), publishes, and completes. A failed write rolls the files back to where the group
 //! started, so the log stays a sequence of whole records.
 //!
-//! It holds the log's `Writer` and handles to the queues and the index, nothing more; a
-//! replica's write path would write through the same `Writer` and dispatch here.
+//! It holds the log's `Writer` and handles to the queues and the index, nothing more. A
+//! replica's appends (`append_replicated`) are its second write path: its master's CommitLog
+//! bytes, written as they are through the same `Writer` and dispatched from the records parsed
+//! back out of them, one call at a time under the same lock as groups.
 
 use std::collections::HashMap;
 use std::io;
@@ -21,10 +23,10 @@ use crate::log::Writer;
 use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::queues::{valid_topic, Queues};
 use crate::types::{
-    Append, AppendError, AppendOutcome, Appended, DeleteTopicError, FlushStatus, StoreConfig,
-    TopicDeletion,
+    Append, AppendError, AppendOutcome, Appended, DeleteTopicError, FlushStatus, ReplicaError,
+    StoreConfig, TopicDeletion,
 };
-use quiver_record::{RecordView, BLANK_BYTES};
+use quiver_record::{RecordView, BLANK_BYTES, MAGIC_BLANK, RECORD_BYTES_MIN};
 
 /// A group stops taking requests past this many bytes, so its buffer stays bounded even when
 /// the queue holds thousands of large batches; the rest form the next group.
@@ -122,6 +124,9 @@ pub struct Appender {
     writers: Vec<QueueWriter>,
     touched: Vec<usize>,
     keys: Vec<KeyEntry>,
+    /// A replica's call: queues (by writer) that start at the given offset (see
+    /// `append_replicated`), applied when the call publishes.
+    restarts: Vec<(usize, u64)>,
     /// Set when a rollback failed: the files no longer match memory, so refuse further writes.
     broken: Option<String>,
 }
@@ -148,6 +153,7 @@ impl Appender {
             writers: Vec::new(),
             touched: Vec::new(),
             keys: Vec::new(),
+            restarts: Vec::new(),
             broken: None,
         }
     }
@@ -397,6 +403,7 @@ impl Appender {
             }
         }
         self.touched.clear();
+        self.restarts.clear();
         if !failures.is_empty() {
             self.broken = Some(format!(
                 "rolling back a failed append failed ({}); reopen the store to recover",
@@ -413,25 +420,7 @@ impl Appender {
     ) {
         let bytes = self.buf.len() as u64;
         let messages: usize = outcomes.iter().map(Vec::len).sum();
-        self.commitlog.publish();
-        for &w in &self.touched {
-            let writer = &self.writers[w];
-            writer.queue.publish(writer.next_offset);
-        }
-        self.commitlog.count_appended(messages as u64, bytes);
-        let listener = self.queues.listener();
-        for &w in &self.touched {
-            let writer = &mut self.writers[w];
-            writer.touched = false;
-            if let Some(listener) = &listener {
-                listener(
-                    &writer.queue.topic,
-                    writer.queue.queue_id,
-                    writer.next_offset,
-                );
-            }
-        }
-        self.touched.clear();
+        self.publish(messages as u64, bytes);
         let jobs = group.drain(..).zip(outcomes);
         match self.sync_timeout {
             None => {
@@ -459,6 +448,244 @@ impl Appender {
                     .collect(),
             }),
         }
+    }
+
+    /// Publishes what was written and dispatched: the written position, then each touched
+    /// queue's max offset; then tells the arrival listener.
+    fn publish(&mut self, messages: u64, bytes: u64) {
+        self.commitlog.publish();
+        for &w in &self.touched {
+            let writer = &self.writers[w];
+            writer.queue.publish(writer.next_offset);
+        }
+        self.commitlog.count_appended(messages, bytes);
+        let listener = self.queues.listener();
+        for &w in &self.touched {
+            let writer = &mut self.writers[w];
+            writer.touched = false;
+            if let Some(listener) = &listener {
+                listener(
+                    &writer.queue.topic,
+                    writer.queue.queue_id,
+                    writer.next_offset,
+                );
+            }
+        }
+        self.touched.clear();
+    }
+
+    /// A replica's append: `bytes`, copied from its master's CommitLog, written at `position`
+    /// (see `Store::append_replicated` for the contract). Every unit is checked and dispatched
+    /// in memory before anything is written; a failure after that rolls the files back as a
+    /// failed group does, so nothing of the call is published. Returns the written position.
+    pub fn append_replicated(&mut self, position: u64, bytes: &[u8]) -> Result<u64, ReplicaError> {
+        if let Some(reason) = &self.broken {
+            return Err(ReplicaError::Io(reason.clone()));
+        }
+        let log = self.commitlog.log();
+        let segment_bytes = log.segment_bytes();
+        let written = self.commitlog.position();
+        // A store that holds nothing starts where its master's last segment does.
+        let empty = written == 0 && log.first_base().is_none();
+        if empty {
+            if !position.is_multiple_of(segment_bytes) || position > i64::MAX as u64 - segment_bytes
+            {
+                return Err(ReplicaError::NotSegmentBase {
+                    position,
+                    segment_bytes,
+                });
+            }
+        } else if position != written {
+            return Err(ReplicaError::PositionMismatch {
+                expected: written,
+                got: position,
+            });
+        }
+        if bytes.is_empty() {
+            return Ok(written);
+        }
+        self.keys.clear();
+        self.restarts.clear();
+        let written = self
+            .dispatch_replicated(position, bytes)
+            .and_then(|records| {
+                self.write_replicated(position, bytes)?;
+                Ok(records)
+            });
+        let records = match written {
+            Ok(records) => records,
+            Err(e) => {
+                self.rollback();
+                return Err(e);
+            }
+        };
+        if empty {
+            self.commitlog.log().raise_min_position(position);
+        }
+        for &(w, offset) in &self.restarts {
+            self.writers[w].queue.start_at(offset);
+        }
+        self.restarts.clear();
+        self.publish(records, bytes.len() as u64);
+        Ok(self.commitlog.position())
+    }
+
+    /// Checks every unit of a replica's bytes and lays out their ConsumeQueue and index
+    /// entries in memory; writes nothing. Returns how many records the bytes hold.
+    fn dispatch_replicated(&mut self, position: u64, bytes: &[u8]) -> Result<u64, ReplicaError> {
+        let segment_bytes = self.commitlog.log().segment_bytes();
+        let mut records = 0u64;
+        let mut at = 0usize;
+        while at < bytes.len() {
+            let unit_position = position + at as u64;
+            let in_segment = unit_position % segment_bytes;
+            let left_in_segment = segment_bytes - in_segment;
+            let rest = &bytes[at..];
+            let torn = |needed_bytes: u64| ReplicaError::Torn {
+                position: unit_position,
+                needed_bytes,
+                available_bytes: rest.len() as u64,
+            };
+            if (rest.len() as u64) < BLANK_BYTES {
+                return Err(torn(BLANK_BYTES));
+            }
+            let total = quiver_record::read_i32(rest, 0).unwrap_or(-1);
+            let magic = quiver_record::read_i32(rest, 4).unwrap_or(0);
+            if magic == MAGIC_BLANK {
+                // The marker's size is what its master's segment had left; the padding after
+                // it comes whole, so that the next unit starts at the next segment.
+                if i64::from(total) != left_in_segment as i64 {
+                    return Err(ReplicaError::SegmentSizeMismatch {
+                        position: unit_position,
+                        unit_bytes: total.max(0) as u64,
+                        segment_bytes,
+                    });
+                }
+                if (rest.len() as u64) < left_in_segment {
+                    return Err(torn(left_in_segment));
+                }
+                at += left_in_segment as usize;
+                continue;
+            }
+            let bad = |reason: String| ReplicaError::BadRecord {
+                position: unit_position,
+                reason,
+            };
+            if !quiver_record::is_record_magic(magic) {
+                return Err(bad(format!("bad MAGIC {magic:#x}")));
+            }
+            if total < RECORD_BYTES_MIN as i32 || total as u64 + BLANK_BYTES > segment_bytes {
+                return Err(bad(format!("bad TOTALSIZE {total}")));
+            }
+            let total = total as u64;
+            // A record keeps room for its segment's end marker, as recovery requires.
+            if total + BLANK_BYTES > left_in_segment {
+                return Err(ReplicaError::SegmentSizeMismatch {
+                    position: unit_position,
+                    unit_bytes: total,
+                    segment_bytes,
+                });
+            }
+            if (rest.len() as u64) < total {
+                return Err(torn(total));
+            }
+            let view = crate::recovery::check_record(&rest[..total as usize], unit_position)
+                .map_err(bad)?;
+            self.dispatch_record(&view, unit_position, total as u32)?;
+            records += 1;
+            at += total as usize;
+        }
+        Ok(records)
+    }
+
+    /// Lays out one replicated record's ConsumeQueue entry (at its own QUEUEOFFSET) and index
+    /// entries. A queue holding no entry starts at the record's offset: its master's earlier
+    /// entries were never replicated here (a replica starts at its master's last segment).
+    fn dispatch_record(
+        &mut self,
+        view: &RecordView<'_>,
+        position: u64,
+        size: u32,
+    ) -> Result<(), ReplicaError> {
+        let queue_id = view.queue_id as u32;
+        let w = self
+            .writer_index(view.topic, queue_id)
+            .map_err(|e| ReplicaError::Io(e.to_string()))?;
+        let writer = &mut self.writers[w];
+        let offset = view.queue_offset as u64;
+        if offset != writer.next_offset {
+            let (min, max) = writer.queue.bounds();
+            // Not yet touched by this call, so `next_offset` is the published max. A queue
+            // with no entry serves nothing below `offset` either way; one with entries must
+            // go on from its last.
+            let restart = !writer.touched && min == max && offset > max;
+            if !restart {
+                return Err(ReplicaError::QueueOffsetGap {
+                    topic: view.topic.to_string(),
+                    queue_id,
+                    expected: writer.next_offset,
+                    got: offset,
+                    position,
+                });
+            }
+            writer.next_offset = offset;
+            self.restarts.push((w, offset));
+        }
+        let writer = &mut self.writers[w];
+        writer.next_offset = offset + 1;
+        if !writer.touched {
+            writer.touched = true;
+            writer.pending.clear();
+            writer.pending_first = offset;
+            self.touched.push(w);
+        }
+        writer.pending.extend_from_slice(
+            &Entry {
+                position,
+                size,
+                tags_code: view.tags_code(),
+            }
+            .encode(),
+        );
+        let keys = &mut self.keys;
+        view.for_each_key(|key| {
+            keys.push(KeyEntry {
+                key_hash: quiver_record::index_key_hash(view.topic, key),
+                position,
+                store_timestamp_ms: view.store_timestamp_ms,
+            })
+        });
+        Ok(())
+    }
+
+    /// Writes a replica's checked bytes (one write per segment), their ConsumeQueue and index
+    /// entries, and with sync flush fsyncs the CommitLog: a replica reports a position to its
+    /// master as received only once it is durable. Publishes nothing.
+    fn write_replicated(&mut self, position: u64, bytes: &[u8]) -> Result<(), ReplicaError> {
+        let io = |e: io::Error| ReplicaError::Io(e.to_string());
+        let segment_bytes = self.commitlog.log().segment_bytes();
+        let end = position + bytes.len() as u64;
+        let mut at = position;
+        while at < end {
+            let base = at - at % segment_bytes;
+            let chunk_end = end.min(base + segment_bytes);
+            let chunk = &bytes[(at - position) as usize..(chunk_end - position) as usize];
+            self.commitlog.write(base, at - base, chunk).map_err(io)?;
+            at = chunk_end;
+        }
+        for &w in &self.touched {
+            let writer = &self.writers[w];
+            writer
+                .queue
+                .write_entries(writer.pending_first, &writer.pending)
+                .map_err(io)?;
+        }
+        self.index.add(&self.keys).map_err(io)?;
+        self.commitlog.advance_replicated(end);
+        if self.sync_timeout.is_some() {
+            self.commitlog.log().flush(end).map_err(io)?;
+        }
+        Ok(())
     }
 }
 

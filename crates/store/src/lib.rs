@@ -35,8 +35,8 @@ use std::time::Duration;
 
 pub use types::{
     Append, AppendDone, AppendError, AppendOutcome, Appended, Boundary, DeleteTopicError,
-    FlushMode, FlushStatus, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus, Record,
-    RecoveryReport, StoreConfig, StoreStats, TopicDeletion,
+    FlushMode, FlushStatus, LogChunk, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus,
+    Record, RecoveryReport, ReplicaError, StoreConfig, StoreStats, TopicDeletion,
 };
 
 use appender::Appender;
@@ -327,6 +327,69 @@ impl Store {
         Commit {
             inner: self.inner.sync_flush.then_some(&*self.inner),
         }
+    }
+
+    /// A replica's write path (RocketMQ's slave, `appendToCommitLog`): appends `bytes` copied
+    /// from its master's CommitLog at `position`, builds their ConsumeQueue and index entries,
+    /// publishes them and tells the arrival listener, as `append` does. Returns the new
+    /// written position, where the next call continues.
+    ///
+    /// Contract:
+    /// - `position` is the written position (`stats().written_position`), except in a store
+    ///   that holds nothing yet (written position 0, no segment), where it may be any segment
+    ///   base (a multiple of the segment size): a master starts a new replica at the base of
+    ///   its last segment, and the log, its min position included, then starts there.
+    /// - `bytes` is a whole number of units, each either a stored record as its master wrote
+    ///   it (PHYSICALOFFSET its position, QUEUEOFFSET set), or an end-of-segment marker
+    ///   followed by every byte to the segment's end (the padding is written as it comes and
+    ///   never read). Units go on into the next segment after a marker. A client cuts its
+    ///   stream into whole units before calling; `Torn` says the bytes end inside one.
+    /// - Each record is checked as recovery checks stored records (TOTALSIZE, MAGIC, body CRC,
+    ///   PHYSICALOFFSET, topic, queue id and offset), and its QUEUEOFFSET must be its queue's
+    ///   next offset, except in a queue that holds no entry (new here, or emptied): the queue
+    ///   then starts at that offset, its min offset with it, since the entries below are on
+    ///   the master only.
+    /// - Both stores use the same segment size: a marker or record that does not end where
+    ///   this store's segment does is `SegmentSizeMismatch`.
+    ///
+    /// On an error nothing of the call is published and its bytes are cut from the files: the
+    /// caller reconnects and resumes from the written position, which has not moved.
+    /// With sync flush the CommitLog is fsynced before this returns (a replica reports a
+    /// position to its master only once it is durable), so call it off any async runtime;
+    /// with async flush the flusher syncs it later. It runs under the appender's lock, between
+    /// groups of `append` (which a replica's broker refuses anyway), and writes whatever
+    /// others queued meanwhile afterwards, as any holder does.
+    pub fn append_replicated(&self, position: u64, bytes: &[u8]) -> Result<u64, ReplicaError> {
+        let inner = &self.inner;
+        let result = {
+            let mut appender = relock(inner.appender.lock());
+            // Checked under the appender: `close` marks the queue closed before it takes the
+            // appender to write the last groups, so a call that gets here first is flushed.
+            if inner.queue().open {
+                appender.append_replicated(position, bytes)
+            } else {
+                Err(ReplicaError::Closed)
+            }
+        };
+        inner.write_and_commit();
+        result
+    }
+
+    /// The master's side of replication: the CommitLog bytes from `position`, at most
+    /// `bytes_max`, never past the written position nor across a segment's end (a chunk ends
+    /// at the segment's end, the next starts at the next segment's base). In a sealed segment
+    /// the bytes go to its end, the end marker's padding included, read as zeros where the
+    /// file is shorter. Empty when nothing is written at `position` yet.
+    /// `BelowMinPosition` when retention removed `position`; `PastWrittenPosition` when the
+    /// log ends before it (a replica that holds what this store does not).
+    pub fn read_log(&self, position: u64, bytes_max: usize) -> Result<LogChunk, ReadError> {
+        read::read_log(&self.inner.log, position, bytes_max)
+    }
+
+    /// The size of one CommitLog segment: a master starts a new replica at the base of its
+    /// last one, `written_position - written_position % segment_bytes()`.
+    pub fn segment_bytes(&self) -> u64 {
+        self.inner.log.segment_bytes()
     }
 
     /// Reads up to `max_messages` / `max_bytes` (at least one message if any matches) starting

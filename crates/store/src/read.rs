@@ -13,7 +13,7 @@ use crate::index::Index;
 use crate::log::Log;
 use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::queues::Queues;
-use crate::types::{Boundary, QueueRead, ReadError, ReadStatus};
+use crate::types::{Boundary, LogChunk, QueueRead, ReadError, ReadStatus};
 use quiver_record::{RecordView, RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES};
 
 /// Entries one pull scans at most when filtering (RocketMQ: 16,000 bytes of entries = 800).
@@ -428,4 +428,60 @@ pub fn query_by_key(
         Ok(found.len() < max)
     })?;
     Ok(found)
+}
+
+/// The CommitLog bytes from `position` for a replica (`Store::read_log`): below the written
+/// position, within one segment, zeros where a sealed segment's file ends before the segment
+/// does (the appender writes only the end marker, not its padding).
+pub fn read_log(log: &Log, position: u64, bytes_max: usize) -> Result<LogChunk, ReadError> {
+    let written = log.written();
+    if position > written {
+        return Err(ReadError::PastWrittenPosition {
+            position,
+            written_position: written,
+        });
+    }
+    let below_min = |min_position: u64| ReadError::BelowMinPosition {
+        position,
+        min_position,
+    };
+    let min_position = log.min_position();
+    if position < min_position {
+        return Err(below_min(min_position));
+    }
+    let segment_bytes = log.segment_bytes();
+    let segment_end = position - position % segment_bytes + segment_bytes;
+    let end = written
+        .min(segment_end)
+        .min(position.saturating_add(bytes_max as u64));
+    let mut bytes = vec![0u8; (end - position) as usize];
+    if !bytes.is_empty() {
+        let Some((base, file)) = log.find(position) else {
+            // Retention removed the segment since the check above.
+            let min_position = log.min_position();
+            if position < min_position {
+                return Err(below_min(min_position));
+            }
+            return Err(ReadError::Corrupt {
+                path: log.dir().display().to_string(),
+                position,
+                reason: "no segment holds this position below the written one".to_string(),
+            });
+        };
+        let mut done = 0;
+        while done < bytes.len() {
+            match file.read_at(&mut bytes[done..], position - base + done as u64) {
+                // The file ends here: the rest stays zeros.
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ReadError::io(&log.segment_path(base), &e)),
+            }
+        }
+    }
+    Ok(LogChunk {
+        position,
+        bytes,
+        next_position: end,
+    })
 }

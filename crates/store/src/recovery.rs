@@ -215,6 +215,35 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
     Ok((recovered, report))
 }
 
+/// The checks a whole record (`bytes`, exactly TOTALSIZE long) must pass to be taken as the
+/// record stored at `position`: by recovery's scan and by a replica's appends alike, so that
+/// a replica keeps nothing its own recovery would refuse. The caller has checked TOTALSIZE
+/// against the segment and keeps a queue's offsets in order.
+pub(crate) fn check_record(bytes: &[u8], position: u64) -> Result<RecordView<'_>, String> {
+    let view = RecordView::parse(bytes).map_err(|e| e.to_string())?;
+    if !view.body_crc_matches() {
+        return Err("BODYCRC mismatch".to_string());
+    }
+    if view.physical_offset != position as i64 {
+        return Err(format!(
+            "PHYSICALOFFSET {} != position",
+            view.physical_offset
+        ));
+    }
+    if view.queue_id < 0 || view.queue_offset < 0 || !valid_topic(view.topic) {
+        return Err("bad queue id, queue offset or topic".to_string());
+    }
+    // Each lower offset of the queue is a record stored before this one, and the body CRC
+    // does not cover the header: a flipped high bit here would move the queue's end.
+    if view.queue_offset as u64 > position / RECORD_BYTES_MIN as u64 {
+        return Err(format!(
+            "QUEUEOFFSET {} is more than the records that fit before it",
+            view.queue_offset
+        ));
+    }
+    Ok(view)
+}
+
 /// Buffered positional reads over one segment.
 struct SegmentReader<'a> {
     file: &'a File,
@@ -576,32 +605,10 @@ impl Scan<'_> {
             return Ok(Err(Step::Invalid("torn record".to_string())));
         }
         let bytes = reader.get(at, total as usize)?;
-        let view = match RecordView::parse(bytes) {
+        let view = match check_record(bytes, base + at) {
             Ok(view) => view,
-            Err(e) => return Ok(Err(Step::Invalid(e.to_string()))),
+            Err(reason) => return Ok(Err(Step::Invalid(reason))),
         };
-        if !view.body_crc_matches() {
-            return Ok(Err(Step::Invalid("BODYCRC mismatch".to_string())));
-        }
-        if view.physical_offset != (base + at) as i64 {
-            return Ok(Err(Step::Invalid(format!(
-                "PHYSICALOFFSET {} != position",
-                view.physical_offset
-            ))));
-        }
-        if view.queue_id < 0 || view.queue_offset < 0 || !valid_topic(view.topic) {
-            return Ok(Err(Step::Invalid(
-                "bad queue id, queue offset or topic".to_string(),
-            )));
-        }
-        // Each lower offset of the queue is a record stored before this one, and the body CRC
-        // does not cover the header: a flipped high bit here would move the queue's end.
-        if view.queue_offset as u64 > (base + at) / RECORD_BYTES_MIN as u64 {
-            return Ok(Err(Step::Invalid(format!(
-                "QUEUEOFFSET {} is more than the records that fit before it",
-                view.queue_offset
-            ))));
-        }
         // A lower QUEUEOFFSET (or another queue's) would overwrite the ConsumeQueue entry of
         // an intact record stored earlier.
         let next = self

@@ -196,6 +196,75 @@ pub enum ReadError {
     },
     #[error("no record at position {0}")]
     NoRecord(u64),
+    /// Retention has removed the CommitLog below `min_position` (`Store::read_log`).
+    #[error("CommitLog position {position} is below the first one kept, {min_position}")]
+    BelowMinPosition { position: u64, min_position: u64 },
+    /// The CommitLog is written up to `written_position` only (`Store::read_log`): a replica
+    /// asking from further on holds bytes this store never wrote.
+    #[error("CommitLog position {position} is past the written position {written_position}")]
+    PastWrittenPosition {
+        position: u64,
+        written_position: u64,
+    },
+}
+
+/// CommitLog bytes as stored, for a replica (`Store::read_log`): `bytes` lie at
+/// `position..next_position`, within one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    pub position: u64,
+    pub bytes: Vec<u8>,
+    /// Where the next chunk starts: `position + bytes.len()`.
+    pub next_position: u64,
+}
+
+/// Why `Store::append_replicated` refused bytes. Nothing of a refused call is published or
+/// kept: the caller resumes from `Store::stats().written_position`, which has not moved.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ReplicaError {
+    #[error("replicated bytes start at position {got}, the CommitLog is written up to {expected}")]
+    PositionMismatch { expected: u64, got: u64 },
+    /// An empty store starts its log at a segment base (a multiple of `segment_bytes`) that
+    /// a position can hold (below 2^63).
+    #[error("an empty store starts at a segment base (a multiple of {segment_bytes}), not at {position}")]
+    NotSegmentBase { position: u64, segment_bytes: u64 },
+    /// The bytes end inside a unit (a record, or an end marker and its padding).
+    #[error(
+        "torn unit at position {position}: {needed_bytes} bytes needed, {available_bytes} given"
+    )]
+    Torn {
+        position: u64,
+        needed_bytes: u64,
+        available_bytes: u64,
+    },
+    #[error("bad record at position {position}: {reason}")]
+    BadRecord { position: u64, reason: String },
+    /// A record's QUEUEOFFSET is not its queue's next offset.
+    #[error(
+        "record at position {position} has offset {got} in {topic}:{queue_id}, expected {expected}"
+    )]
+    QueueOffsetGap {
+        topic: String,
+        queue_id: u32,
+        expected: u64,
+        got: u64,
+        position: u64,
+    },
+    /// A unit does not end where this store's segment does (an end marker of another size, or
+    /// a record running past the segment end): the master's segments are of another size.
+    #[error(
+        "the {unit_bytes}-byte unit at position {position} does not end where a segment of \
+         {segment_bytes} bytes does: the master's segment size differs"
+    )]
+    SegmentSizeMismatch {
+        position: u64,
+        unit_bytes: u64,
+        segment_bytes: u64,
+    },
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("store is closed")]
+    Closed,
 }
 
 #[derive(Debug, thiserror::Error)]

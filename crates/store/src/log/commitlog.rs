@@ -6,10 +6,9 @@
 //! the store so that a read is one lookup under a short lock plus one positional read.
 //!
 //! `Writer` writes bytes laid out elsewhere at the positions it is given: the appender lays out
-//! records and dispatches them (ConsumeQueue and index entries) itself. A replica's write path,
-//! the master's CommitLog bytes at the master's position, would be one more `Writer` method
-//! beside `write`, with the appender dispatching from the records parsed back out of those
-//! bytes, as recovery's scan does.
+//! records and dispatches them (ConsumeQueue and index entries) itself, and a replica's
+//! appends (`Appender::append_replicated`) write its master's bytes at the master's positions
+//! through the same `write`, dispatching from the records parsed back out of them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -279,6 +278,18 @@ impl Writer {
     /// The group is written up to `position` (not yet published).
     pub fn advance(&mut self, position: u64) {
         self.position = position;
+    }
+
+    /// As `advance`, for a replica's bytes, which may end exactly at a segment's end (an end
+    /// marker with its padding): the next byte then goes to the next segment, not yet created.
+    /// (A group of `write_group` always ends inside a segment, which keeps room for its
+    /// marker.)
+    pub fn advance_replicated(&mut self, position: u64) {
+        self.position = position;
+        if position == self.segment_base + self.log.segment_bytes {
+            self.segment_base = position;
+            self.segment_file = None;
+        }
     }
 
     /// Publishes the written position: everything below it is dispatched.

@@ -136,7 +136,8 @@ impl Log {
         self.min_position.load(Ordering::Acquire)
     }
 
-    /// Retention, before it removes the segments below `position`.
+    /// Retention, before it removes the segments below `position`; a replica's first append
+    /// into an empty store, whose log then starts at its master's segment base.
     pub fn raise_min_position(&self, position: u64) {
         self.min_position.fetch_max(position, Ordering::AcqRel);
     }

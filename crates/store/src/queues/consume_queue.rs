@@ -445,6 +445,47 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// A replica's queue starts at `offset`, the offset of the first record of it that the
+    /// replica received: its master holds the entries below, this store never will. Called
+    /// before the entry at `offset` is published; the file holding it reads as zeros below it.
+    pub fn start_at(&self, offset: u64) {
+        self.min_offset.fetch_max(offset, Ordering::AcqRel);
+    }
+
+    /// The queue's first entry, for recovery: the first offset below `max_offset` in the
+    /// files that holds an entry (size > 0), not the start of the first file, whose entries
+    /// below a replica's first (`start_at`) are zeros. Entries are read one at first, since a
+    /// queue's first entry is almost always at its first file's start.
+    fn first_entry(&self, files: &BTreeMap<u64, Arc<File>>, max_offset: u64) -> io::Result<u64> {
+        let mut buf = Vec::new();
+        for (&file_number, file) in files {
+            let first_offset = file_number * self.entries_per_file;
+            if first_offset >= max_offset {
+                break;
+            }
+            let entries = (file.metadata()?.len() / ENTRY_BYTES as u64)
+                .min(self.entries_per_file)
+                .min(max_offset - first_offset);
+            let mut start = 0;
+            let mut chunk = 1;
+            while start < entries {
+                let n = chunk.min(entries - start);
+                buf.clear();
+                buf.resize(n as usize * ENTRY_BYTES, 0);
+                file.read_exact_at(&mut buf, start * ENTRY_BYTES as u64)?;
+                let found = buf
+                    .chunks_exact(ENTRY_BYTES)
+                    .position(|raw| Entry::decode(raw).size > 0);
+                if let Some(i) = found {
+                    return Ok(first_offset + start + i as u64);
+                }
+                start += n;
+                chunk = TRIM_CHUNK_ENTRIES;
+            }
+        }
+        Ok(max_offset)
+    }
+
     /// Recovery step 5: drops entries that point at or past `commitlog_end` and torn or zero
     /// entries at the tail, then sets min and max. Returns how many entries were dropped.
     pub fn trim(&self, commitlog_end: u64) -> io::Result<u64> {
@@ -493,8 +534,8 @@ impl ConsumeQueue {
                 }
             }
         }
-        let min_offset = files.keys().next().map_or(0, |n| n * self.entries_per_file);
-        let max_offset = max_offset.unwrap_or(min_offset);
+        let max_offset = max_offset.unwrap_or(0);
+        let min_offset = self.first_entry(&files, max_offset)?;
         self.min_offset.store(min_offset, Ordering::Release);
         self.max_offset.store(max_offset, Ordering::Release);
         self.flushed_offset.store(0, Ordering::Release);
@@ -591,6 +632,30 @@ mod tests {
         let mut out = Vec::new();
         new.read_entries(0, 5, &mut out).expect("read");
         assert_eq!(out, new_entries);
+    }
+
+    /// A replica's queue that starts inside a file (and after files that do not exist)
+    /// reopens at its first entry, not at the file's start, whose entries read as zeros.
+    #[test]
+    fn a_queue_starting_inside_a_file_recovers_its_first_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let q = ConsumeQueue::open(dir.path(), "T", 0, 16).expect("open");
+        let bytes: Vec<u8> = (37..45).flat_map(entry_at).collect();
+        q.write_entries(37, &bytes).expect("write");
+        q.start_at(37);
+        q.publish(45);
+        assert_eq!(q.bounds(), (37, 45));
+        q.flush().expect("flush");
+        drop(q);
+        let q = ConsumeQueue::open(dir.path(), "T", 0, 16).expect("reopen");
+        assert_eq!(q.trim(u64::MAX).expect("trim"), 0);
+        assert_eq!(q.bounds(), (37, 45));
+        let mut out = Vec::new();
+        q.read_entries(37, 8, &mut out).expect("read");
+        assert_eq!(Entry::decode(&out).tags_code, 37);
+        // Every entry cut (the log ends before them): empty, at the file's start.
+        q.trim(37 * 100).expect("trim");
+        assert_eq!(q.bounds(), (32, 32));
     }
 
     fn entry_at(i: u64) -> [u8; ENTRY_BYTES] {
