@@ -151,6 +151,24 @@ impl DelayOffsets {
         self.dirty.store(true, Ordering::Release);
     }
 
+    /// Level -> next offset to deliver, as `delayOffset.json` holds it.
+    pub fn snapshot(&self) -> BTreeMap<i32, i64> {
+        let table = self.table.lock().expect("delay offsets lock poisoned");
+        table.offset_table.clone()
+    }
+
+    /// Takes `table` in place of this broker's (a slave copying its master). Returns whether
+    /// anything changed; the change is persisted with the next `persist_if_dirty`.
+    pub fn replace(&self, table: BTreeMap<i32, i64>) -> bool {
+        let mut current = self.table.lock().expect("delay offsets lock poisoned");
+        if current.offset_table == table {
+            return false;
+        }
+        current.offset_table = table;
+        self.dirty.store(true, Ordering::Release);
+        true
+    }
+
     pub fn persist_if_dirty(&self) -> std::io::Result<()> {
         let result = self.file.write(|| {
             self.dirty

@@ -20,6 +20,7 @@ pub mod offsets;
 mod outbound;
 mod persist;
 mod registration;
+pub mod replica_meta;
 pub mod server;
 mod start;
 pub mod state;

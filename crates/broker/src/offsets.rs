@@ -2,7 +2,7 @@
 //! `config/consumerOffset.json` in RocketMQ's shape (`offsetTable` keyed by `topic@group`),
 //! every few seconds when changed and at shutdown.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -17,6 +17,20 @@ use crate::persist;
 struct OffsetsFile {
     /// "topic@group" -> queue id -> next offset to consume
     offset_table: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// "topic@group" -> queue ids whose offset a consumer committed here since the master's
+    /// copy last reached it (see `merge_from_master`). In memory only; on a broker that copies
+    /// from no master it holds at most one mark per queue of `offset_table`.
+    #[serde(skip)]
+    committed_here: BTreeMap<String, BTreeSet<i32>>,
+}
+
+/// What `ConsumerOffsets::merge_from_master` did, counted in queues.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetsMerged {
+    /// Queues whose offset changed to the master's.
+    pub taken: usize,
+    /// Queues that kept a higher offset committed on this broker.
+    pub kept_newer: usize,
 }
 
 pub struct ConsumerOffsets {
@@ -39,14 +53,74 @@ impl ConsumerOffsets {
         })
     }
 
+    /// A consumer's commit (UPDATE_CONSUMER_OFFSET, or a pull that carries one).
     pub fn commit(&self, topic: &str, group: &str, queue_id: i32, offset: i64) {
         let mut table = self.table.lock().expect("offset table lock poisoned");
+        let key = key(topic, group);
         table
             .offset_table
-            .entry(key(topic, group))
+            .entry(key.clone())
             .or_default()
             .insert(queue_id, offset);
+        table
+            .committed_here
+            .entry(key)
+            .or_default()
+            .insert(queue_id);
         self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Every committed offset: "topic@group" -> queue id -> offset.
+    pub fn snapshot(&self) -> BTreeMap<String, BTreeMap<i32, i64>> {
+        let table = self.table.lock().expect("offset table lock poisoned");
+        table.offset_table.clone()
+    }
+
+    /// Takes a master's offsets on a slave. The rule: the master's offset wins, lower or
+    /// higher, except where a consumer committed a higher offset on this broker since the
+    /// master's copy last reached it; that one is kept until the master's passes it.
+    ///
+    /// Why: consumers commit to a slave while its master is down. When the master comes back
+    /// its offsets are older than those commits, and RocketMQ's plain overwrite would lower
+    /// them, so that a consumer sent to this slave again redelivers what was already consumed.
+    /// Plain "never lower" is wrong the other way: an offset reset on the master (mqadmin
+    /// resetOffsetByTime, a topic deleted and created again) must reach the slave, or a
+    /// consumer that fails over skips the messages the reset asked for. Only commits made
+    /// here are newer than the master's knowledge, so only they are protected, and only until
+    /// the master has caught up. The marks are in memory: a slave restarted while its master
+    /// is down forgets them, and its first copy after that takes the master's offsets.
+    ///
+    /// Offsets the master does not have stay, as in RocketMQ (its slave copies with putAll).
+    pub fn merge_from_master(&self, master: BTreeMap<String, BTreeMap<i32, i64>>) -> OffsetsMerged {
+        let mut merged = OffsetsMerged::default();
+        let mut guard = self.table.lock().expect("offset table lock poisoned");
+        let table = &mut *guard;
+        for (key, queues) in master {
+            if queues.is_empty() {
+                continue;
+            }
+            let ours = table.offset_table.entry(key.clone()).or_default();
+            let mut marks = table.committed_here.remove(&key).unwrap_or_default();
+            for (queue_id, offset) in queues {
+                let here = ours.get(&queue_id).copied();
+                if marks.contains(&queue_id) && here.is_some_and(|here| here > offset) {
+                    merged.kept_newer += 1;
+                    continue;
+                }
+                marks.remove(&queue_id);
+                if here != Some(offset) {
+                    ours.insert(queue_id, offset);
+                    merged.taken += 1;
+                }
+            }
+            if !marks.is_empty() {
+                table.committed_here.insert(key, marks);
+            }
+        }
+        if merged.taken > 0 {
+            self.dirty.store(true, Ordering::Release);
+        }
+        merged
     }
 
     pub fn get(&self, topic: &str, group: &str, queue_id: i32) -> Option<i64> {
@@ -86,9 +160,9 @@ impl ConsumerOffsets {
     pub fn remove_topic(&self, topic: &str) -> bool {
         let mut table = self.table.lock().expect("offset table lock poisoned");
         let before = table.offset_table.len();
-        table
-            .offset_table
-            .retain(|k, _| k.split_once('@').is_none_or(|(t, _)| t != topic));
+        let other_topic = |k: &String| k.split_once('@').is_none_or(|(t, _)| t != topic);
+        table.offset_table.retain(|k, _| other_topic(k));
+        table.committed_here.retain(|k, _| other_topic(k));
         let removed = table.offset_table.len() != before;
         if removed {
             self.dirty.store(true, Ordering::Release);

@@ -147,6 +147,22 @@ struct TopicsFile {
     data_version: DataVersion,
 }
 
+/// What `TopicTable::replace_from_master` did, by topic name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TopicsReplaced {
+    pub added: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+    /// Names in the master's table that are not valid topic names.
+    pub skipped: Vec<String>,
+}
+
+impl TopicsReplaced {
+    pub fn changed(&self) -> bool {
+        !(self.added.is_empty() && self.updated.is_empty() && self.removed.is_empty())
+    }
+}
+
 pub struct TopicTable {
     file: persist::SnapshotFile,
     inner: RwLock<TopicsFile>,
@@ -257,6 +273,59 @@ impl TopicTable {
         }
         self.persist()?;
         Ok(true)
+    }
+
+    /// Makes the table the master's `incoming` one (on a slave): its topics are added or
+    /// replaced and the others removed, except that topics `keep_own` picks stay as this
+    /// broker has them (its own system topics, shaped by its own configuration). Names that
+    /// are not valid topic names are skipped: the table is peer input. Bumps the data version
+    /// and persists only when something changed, so the name servers see a new version then.
+    pub fn replace_from_master(
+        &self,
+        incoming: BTreeMap<String, TopicConfig>,
+        keep_own: impl Fn(&str) -> bool,
+    ) -> Result<TopicsReplaced, TopicError> {
+        let mut replaced = TopicsReplaced::default();
+        {
+            let mut inner = self.inner.write().expect("topic table lock poisoned");
+            let current = &inner.topic_config_table;
+            let mut next = BTreeMap::new();
+            for (name, mut config) in incoming {
+                if validate_topic_name(&name).is_err() {
+                    replaced.skipped.push(name);
+                    continue;
+                }
+                if keep_own(&name) && current.contains_key(&name) {
+                    continue;
+                }
+                config.topic_name = name.clone();
+                next.insert(name, config);
+            }
+            for (name, config) in current {
+                if keep_own(name) {
+                    next.insert(name.clone(), config.clone());
+                }
+            }
+            for (name, config) in &next {
+                match current.get(name) {
+                    None => replaced.added.push(name.clone()),
+                    Some(old) if old != config => replaced.updated.push(name.clone()),
+                    Some(_) => {}
+                }
+            }
+            replaced.removed = current
+                .keys()
+                .filter(|name| !next.contains_key(*name))
+                .cloned()
+                .collect();
+            if !replaced.changed() {
+                return Ok(replaced);
+            }
+            inner.topic_config_table = next;
+            inner.data_version.counter += 1;
+        }
+        self.persist()?;
+        Ok(replaced)
     }
 
     pub fn snapshot(&self) -> TopicConfigSerializeWrapper {

@@ -305,6 +305,140 @@ body_struct! {
     }
 }
 
+body_struct! {
+    /// GET_ALL_TOPIC_CONFIG response: what a slave copies of its master's topics. RocketMQ
+    /// answers with the topics and static-topic queue mappings; Quiver has no static topics, so
+    /// the two mapping tables are empty, as on a RocketMQ broker that has none.
+    pub struct TopicConfigAndMappingSerializeWrapper {
+        pub data_version: DataVersion,
+        pub mapping_data_version: DataVersion,
+        pub topic_config_table: BTreeMap<String, TopicConfig>,
+        /// Topic -> TopicQueueMappingDetail, kept as JSON: read past, never used.
+        pub topic_queue_mapping_detail_map: BTreeMap<String, serde_json::Value>,
+        /// Topic -> TopicQueueMappingInfo, likewise.
+        pub topic_queue_mapping_info_map: BTreeMap<String, serde_json::Value>,
+    }
+}
+
+body_struct! {
+    /// GET_ALL_CONSUMER_OFFSET response: RocketMQ's `consumerOffset.json` as the master holds
+    /// it (fastjson writes the queue ids as bare integer keys, `{0:12}`).
+    pub struct ConsumerOffsetSerializeWrapper {
+        pub data_version: DataVersion,
+        /// Group -> the topics it has offsets on: fastjson serializes this derived getter of
+        /// RocketMQ's offset manager too; readers ignore it.
+        pub group_topic_map: BTreeMap<String, BTreeSet<String>>,
+        /// "topic@group" -> queue id -> next offset to consume.
+        pub offset_table: BTreeMap<String, BTreeMap<i32, i64>>,
+    }
+}
+
+body_struct! {
+    /// GET_ALL_DELAY_OFFSET response: RocketMQ's `delayOffset.json`, which a RocketMQ slave
+    /// writes to its own file as it is and then loads.
+    pub struct DelayOffsetSerializeWrapper {
+        /// Absent from files written before RocketMQ 5 (RocketMQ reads it as optional).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub data_version: Option<DataVersion>,
+        /// Delay level (1-based) -> next offset to deliver in that level's schedule queue.
+        pub offset_table: BTreeMap<i32, i64>,
+    }
+}
+
+body_struct! {
+    /// GET_ALL_SUBSCRIPTIONGROUP_CONFIG response.
+    pub struct SubscriptionGroupWrapper {
+        pub data_version: DataVersion,
+        /// Group -> topic -> forbidden permission bits.
+        pub forbidden_table: BTreeMap<String, BTreeMap<String, i32>>,
+        pub subscription_group_table: BTreeMap<String, SubscriptionGroupConfig>,
+    }
+}
+
+/// A consumer group's settings. Missing keys take RocketMQ's defaults (`Default` below), not
+/// Rust's, since fastjson leaves a Java field at its initial value when the key is absent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SubscriptionGroupConfig {
+    #[serde(deserialize_with = "null_default")]
+    pub attributes: BTreeMap<String, String>,
+    pub broker_id: i64,
+    pub consume_broadcast_enable: bool,
+    pub consume_enable: bool,
+    pub consume_from_min_enable: bool,
+    pub consume_message_orderly: bool,
+    pub consume_timeout_minute: i32,
+    #[serde(deserialize_with = "null_default")]
+    pub group_name: String,
+    #[serde(deserialize_with = "null_default")]
+    pub group_retry_policy: GroupRetryPolicy,
+    pub group_sys_flag: i32,
+    pub notify_consumer_ids_changed_enable: bool,
+    pub retry_max_times: i32,
+    pub retry_queue_nums: i32,
+    /// Null unless set (RocketMQ 5 proxies fill it); fastjson leaves nulls out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subscription_data_set: Option<Vec<serde_json::Value>>,
+    pub which_broker_when_consume_slowly: i64,
+}
+
+impl Default for SubscriptionGroupConfig {
+    /// RocketMQ's `new SubscriptionGroupConfig()`.
+    fn default() -> SubscriptionGroupConfig {
+        SubscriptionGroupConfig {
+            attributes: BTreeMap::new(),
+            broker_id: 0,
+            consume_broadcast_enable: true,
+            consume_enable: true,
+            consume_from_min_enable: true,
+            consume_message_orderly: false,
+            consume_timeout_minute: 15,
+            group_name: String::new(),
+            group_retry_policy: GroupRetryPolicy::default(),
+            group_sys_flag: 0,
+            notify_consumer_ids_changed_enable: true,
+            retry_max_times: 16,
+            retry_queue_nums: 1,
+            subscription_data_set: None,
+            which_broker_when_consume_slowly: 1,
+        }
+    }
+}
+
+impl SubscriptionGroupConfig {
+    /// The settings RocketMQ gives a group it creates on its own (autoCreateSubscriptionGroup).
+    pub fn named(group_name: &str) -> SubscriptionGroupConfig {
+        SubscriptionGroupConfig {
+            group_name: group_name.to_string(),
+            ..SubscriptionGroupConfig::default()
+        }
+    }
+}
+
+/// How a group's retries are spaced. RocketMQ's default is `{"type":"CUSTOMIZED"}` with both
+/// policies null (the customized default is the delay levels).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct GroupRetryPolicy {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub customized_retry_policy: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exponential_retry_policy: Option<serde_json::Value>,
+    /// "CUSTOMIZED" or "EXPONENTIAL".
+    #[serde(rename = "type", deserialize_with = "null_default")]
+    pub policy_type: String,
+}
+
+impl Default for GroupRetryPolicy {
+    fn default() -> GroupRetryPolicy {
+        GroupRetryPolicy {
+            customized_retry_policy: None,
+            exponential_retry_policy: None,
+            policy_type: "CUSTOMIZED".to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +529,42 @@ mod tests {
         assert!(String::from_utf8(to_json(&request))
             .unwrap()
             .contains(r#""clientId":"c""#));
+    }
+
+    #[test]
+    fn consumer_offsets_as_fastjson_writes_them_parse() {
+        // consumerOffset.json as RocketMQ's ConsumerOffsetManager.encode() writes it.
+        let body = br#"{"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1795293149546},"groupTopicMap":{"g":["TopicTest"]},"offsetTable":{"TopicTest@g":{0:250,1:251},"%RETRY%g@g":{0:0}}}"#;
+        let offsets: ConsumerOffsetSerializeWrapper = from_json(body).unwrap();
+        assert_eq!(offsets.offset_table["TopicTest@g"][&1], 251);
+        assert_eq!(offsets.offset_table["%RETRY%g@g"][&0], 0);
+        assert_eq!(offsets.data_version.counter, 3);
+        let again = to_json(&offsets);
+        assert_eq!(
+            from_json::<ConsumerOffsetSerializeWrapper>(&again).unwrap(),
+            offsets
+        );
+    }
+
+    #[test]
+    fn delay_offsets_leave_out_an_absent_data_version() {
+        let delay: DelayOffsetSerializeWrapper =
+            from_json(br#"{"offsetTable":{1:5,3:0}}"#).unwrap();
+        assert_eq!(delay.data_version, None);
+        assert_eq!(delay.offset_table, BTreeMap::from([(1, 5), (3, 0)]));
+        assert_eq!(to_json(&delay), br#"{"offsetTable":{"1":5,"3":0}}"#);
+    }
+
+    #[test]
+    fn a_default_subscription_group_is_written_as_rocketmq_writes_one() {
+        // fastjson's output for `new SubscriptionGroupConfig()` named "g": keys sorted, nulls
+        // (subscriptionDataSet, the two retry policies) left out.
+        let expected = r#"{"attributes":{},"brokerId":0,"consumeBroadcastEnable":true,"consumeEnable":true,"consumeFromMinEnable":true,"consumeMessageOrderly":false,"consumeTimeoutMinute":15,"groupName":"g","groupRetryPolicy":{"type":"CUSTOMIZED"},"groupSysFlag":0,"notifyConsumerIdsChangedEnable":true,"retryMaxTimes":16,"retryQueueNums":1,"whichBrokerWhenConsumeSlowly":1}"#;
+        let group = SubscriptionGroupConfig::named("g");
+        assert_eq!(String::from_utf8(to_json(&group)).unwrap(), expected);
+        // Absent keys read as RocketMQ's defaults, not as false and 0.
+        let sparse: SubscriptionGroupConfig = from_json(br#"{"groupName":"g"}"#).unwrap();
+        assert_eq!(sparse, group);
     }
 
     #[test]

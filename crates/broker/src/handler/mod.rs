@@ -24,6 +24,7 @@ mod lock;
 mod offset;
 mod pull;
 mod query;
+mod replica;
 mod retry;
 mod send;
 mod stats;
@@ -131,6 +132,10 @@ fn handler_for(code: i32) -> Option<Handler> {
         GET_TOPIC_STATS_INFO => stats::topic_stats,
         GET_CONSUME_STATS => stats::consume_stats,
         GET_TOPIC_CONFIG => stats::topic_config,
+        GET_ALL_TOPIC_CONFIG => replica::all_topic_config,
+        GET_ALL_CONSUMER_OFFSET => replica::all_consumer_offset,
+        GET_ALL_DELAY_OFFSET => replica::all_delay_offset,
+        GET_ALL_SUBSCRIPTIONGROUP_CONFIG => replica::all_subscription_group,
         _ => return None,
     })
 }

@@ -1,0 +1,133 @@
+//! What a slave copies from its master, answered as a master: GET_ALL_TOPIC_CONFIG,
+//! GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG. The
+//! bodies have the shapes RocketMQ's slave parses (`quiver_wire::body`: the wrappers' field
+//! names, checked against RocketMQ 5's serialization); the applying side is `replica_meta`.
+//!
+//! Each answer holds the whole table. A RocketMQ 5 slave asks for pages (`topicSeq`,
+//! `maxTopicNum`), but a RocketMQ master with `enableSplitMetadata=false` also answers whole
+//! tables, and the slave stops asking once the entries it has reach `totalTopicNum - 1`
+//! (`totalGroupNum - 1`), which the first answer then does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use quiver_wire::body::{
+    self, ConsumerOffsetSerializeWrapper, DataVersion, DelayOffsetSerializeWrapper,
+    SubscriptionGroupConfig, SubscriptionGroupWrapper, TopicConfigAndMappingSerializeWrapper,
+};
+use quiver_wire::code::response_code;
+use quiver_wire::{Command, ExtFields};
+
+use super::{answer, Call, Handled};
+use crate::state::Broker;
+
+pub fn all_topic_config(call: &Call, request: &Command) -> Handled {
+    let topics = call.broker.topics.snapshot();
+    let total = topics.topic_config_table.len();
+    let wrapper = TopicConfigAndMappingSerializeWrapper {
+        data_version: topics.data_version,
+        // There are no static-topic mappings, so their version never changes while the broker
+        // runs. It must still be the same from one answer to the next: a RocketMQ slave whose
+        // mapping version differs from this one replaces its topic table again on every copy.
+        mapping_data_version: DataVersion {
+            timestamp: call.broker.started_ms,
+            ..DataVersion::default()
+        },
+        topic_config_table: topics.topic_config_table,
+        topic_queue_mapping_detail_map: BTreeMap::new(),
+        topic_queue_mapping_info_map: BTreeMap::new(),
+    };
+    let ext = ExtFields::new().with("totalTopicNum", total);
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(ext)
+            .with_body(body::to_json(&wrapper)),
+    )
+}
+
+/// The offset table as RocketMQ's `consumerOffset.json`. Quiver keeps no data version for
+/// offsets; a RocketMQ slave only copies the one it is given (and fails the copy on a missing
+/// one), so the answer's time stands in for it.
+pub fn all_consumer_offset(call: &Call, request: &Command) -> Handled {
+    let offset_table = call.broker.offsets.snapshot();
+    let mut group_topic_map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (topic, group) in offset_table.keys().filter_map(|key| key.split_once('@')) {
+        group_topic_map
+            .entry(group.to_string())
+            .or_default()
+            .insert(topic.to_string());
+    }
+    let wrapper = ConsumerOffsetSerializeWrapper {
+        data_version: DataVersion {
+            timestamp: call.now_ms,
+            ..DataVersion::default()
+        },
+        group_topic_map,
+        offset_table,
+    };
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&wrapper)),
+    )
+}
+
+/// `delayOffset.json` as this broker keeps it (level -> offset, no data version, which
+/// RocketMQ reads as optional); a RocketMQ slave writes the body to its own file as it is.
+pub fn all_delay_offset(call: &Call, request: &Command) -> Handled {
+    let wrapper = DelayOffsetSerializeWrapper {
+        data_version: None,
+        offset_table: call.broker.delay_offsets.snapshot(),
+    };
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&wrapper)),
+    )
+}
+
+/// Quiver keeps no subscription-group table: a group exists by committing offsets or by its
+/// consumers' heartbeats. So the answer lists the groups this broker knows of that way, each
+/// with RocketMQ's default settings, which is what a RocketMQ broker with
+/// autoCreateSubscriptionGroup (the default) would have made of them. A RocketMQ slave drops
+/// the groups this list lacks and recreates them when used, as its master would.
+pub fn all_subscription_group(call: &Call, request: &Command) -> Handled {
+    let groups = known_groups(call.broker);
+    let total = groups.len();
+    let wrapper = SubscriptionGroupWrapper {
+        // No table, so no count of its changes. A RocketMQ slave copies the version and then
+        // bumps its own, so it copies the table again on every round whatever this says.
+        data_version: DataVersion {
+            timestamp: call.broker.started_ms,
+            ..DataVersion::default()
+        },
+        forbidden_table: BTreeMap::new(),
+        subscription_group_table: groups
+            .iter()
+            .map(|group| (group.clone(), SubscriptionGroupConfig::named(group)))
+            .collect(),
+    };
+    let ext = ExtFields::new().with("totalGroupNum", total);
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_ext(ext)
+            .with_body(body::to_json(&wrapper)),
+    )
+}
+
+/// Groups with committed offsets here, and groups whose connected consumers subscribe to a
+/// topic here (a consumer of topics this broker lacks has nothing to consume from it).
+fn known_groups(broker: &Broker) -> BTreeSet<String> {
+    let mut groups: BTreeSet<String> = broker
+        .offsets
+        .snapshot()
+        .keys()
+        .filter_map(|key| key.split_once('@'))
+        .map(|(_, group)| group.to_string())
+        .collect();
+    for topic in broker.topics.names() {
+        groups.extend(broker.clients.groups_subscribed_to(&topic));
+    }
+    groups
+}

@@ -1,0 +1,223 @@
+//! The slave side of metadata replication: what a slave takes from its master's answers to
+//! GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and
+//! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (RocketMQ's SlaveSynchronize). The `apply_*` functions are
+//! plain changes to the state with no I/O but the tables' own persistence; `copy_from_master`
+//! asks a master (Quiver or RocketMQ) for the four and applies them. Messages are not copied
+//! here: that is the CommitLog's replication.
+//!
+//! The answers are peer input: names that are not valid topic or group names, negative queue
+//! ids, levels and offsets are skipped, and a frame is at most `FRAME_BYTES_MAX`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use quiver_wire::body::{
+    self, ConsumerOffsetSerializeWrapper, DelayOffsetSerializeWrapper, SubscriptionGroupWrapper,
+    TopicConfigAndMappingSerializeWrapper,
+};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::{Command, Encoding};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::offsets::OffsetsMerged;
+use crate::outbound::Link;
+use crate::state::Broker;
+use crate::topic::{is_system_topic, validate_group_name, validate_topic_name};
+use crate::topic::{TopicError, TopicsReplaced};
+
+/// A master's four answers, parsed.
+#[derive(Debug, Clone, Default)]
+pub struct MasterMeta {
+    pub topics: TopicConfigAndMappingSerializeWrapper,
+    pub offsets: ConsumerOffsetSerializeWrapper,
+    pub delay_offsets: DelayOffsetSerializeWrapper,
+    pub subscription_groups: SubscriptionGroupWrapper,
+}
+
+/// What one copy changed on the slave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyReport {
+    pub topics: TopicsReplaced,
+    pub offsets: OffsetsMerged,
+    /// Offset entries skipped as malformed (bad "topic@group" key, negative queue or offset).
+    pub offsets_skipped: usize,
+    pub delay_offsets_changed: bool,
+    /// Groups the master listed. Quiver keeps no subscription-group table (groups exist by
+    /// their offsets and heartbeats), so they are counted and not stored.
+    pub subscription_groups: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("{addr} is this broker's own address: a broker does not copy from itself")]
+    OwnAddress { addr: String },
+    #[error("asking {addr} for {request} failed: {message}")]
+    Unreachable {
+        addr: String,
+        request: &'static str,
+        message: String,
+    },
+    #[error("{addr} refused {request} with code {code}: {remark}")]
+    Refused {
+        addr: String,
+        request: &'static str,
+        code: i32,
+        remark: String,
+    },
+    #[error("{addr} answered {request} with a body that does not parse: {message}")]
+    BadBody {
+        addr: String,
+        request: &'static str,
+        message: String,
+    },
+    #[error("cannot apply the master's topics: {0}")]
+    Topics(#[from] TopicError),
+}
+
+/// Asks the master at `master_addr` for its topics, consumer offsets, delay offsets and
+/// subscription groups over one connection, then applies them (`apply`). `timeout` bounds the
+/// whole exchange. All four answers are read before anything is applied, so a master that
+/// fails midway leaves the slave as the previous copy left it.
+///
+/// Applying may persist the topic table (a file write and fsync on the calling task) when the
+/// master's topics changed; offsets and delay offsets are persisted by their periodic writers.
+pub async fn copy_from_master(
+    broker: &Broker,
+    master_addr: &str,
+    timeout: Duration,
+) -> Result<CopyReport, CopyError> {
+    if master_addr == broker.store_host.to_string() {
+        return Err(CopyError::OwnAddress {
+            addr: master_addr.to_string(),
+        });
+    }
+    let deadline = Instant::now() + timeout;
+    let mut link = Link::new(master_addr.to_string());
+    let meta = MasterMeta {
+        topics: ask(&mut link, request_code::GET_ALL_TOPIC_CONFIG, deadline).await?,
+        offsets: ask(&mut link, request_code::GET_ALL_CONSUMER_OFFSET, deadline).await?,
+        delay_offsets: ask(&mut link, request_code::GET_ALL_DELAY_OFFSET, deadline).await?,
+        subscription_groups: ask(
+            &mut link,
+            request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+            deadline,
+        )
+        .await?,
+    };
+    Ok(apply(broker, meta)?)
+}
+
+/// Sends one of the four requests and parses its answer. The request has no ext fields:
+/// a RocketMQ 5 master then answers the whole table in one response (with ext fields it
+/// would require `topicSeq` and may page).
+async fn ask<T: DeserializeOwned>(
+    link: &mut Link,
+    code: i32,
+    deadline: Instant,
+) -> Result<T, CopyError> {
+    let request_name = request_code::name(code).unwrap_or("metadata request");
+    let addr = link.addr.clone();
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let response = link
+        .call(Command::request(code, Encoding::Json), remaining)
+        .await
+        .map_err(|error| CopyError::Unreachable {
+            addr: addr.clone(),
+            request: request_name,
+            message: error.to_string(),
+        })?;
+    if response.code != response_code::SUCCESS {
+        return Err(CopyError::Refused {
+            addr,
+            request: request_name,
+            code: response.code,
+            remark: response.remark.unwrap_or_default(),
+        });
+    }
+    body::from_json(&response.body).map_err(|error| CopyError::BadBody {
+        addr,
+        request: request_name,
+        message: error.to_string(),
+    })
+}
+
+/// Applies a master's answers: topics first, so that offsets arrive for the topics they
+/// belong to.
+pub fn apply(broker: &Broker, meta: MasterMeta) -> Result<CopyReport, TopicError> {
+    let topics = apply_topics(broker, meta.topics)?;
+    let (offsets, offsets_skipped) = apply_offsets(broker, meta.offsets);
+    let delay_offsets_changed = apply_delay_offsets(broker, meta.delay_offsets);
+    Ok(CopyReport {
+        topics,
+        offsets,
+        offsets_skipped,
+        delay_offsets_changed,
+        subscription_groups: meta.subscription_groups.subscription_group_table.len(),
+    })
+}
+
+/// Replaces the slave's topics with the master's, keeping the slave's own system topics as
+/// they are (the schedule topic's queues follow this broker's delay levels, TBW102 its
+/// auto-create setting). A change asks the registration task to register now, so that name
+/// servers route to the slave's new topics; the offsets of removed topics go with them, as a
+/// deletion on the master removed them there.
+pub fn apply_topics(
+    broker: &Broker,
+    master: TopicConfigAndMappingSerializeWrapper,
+) -> Result<TopicsReplaced, TopicError> {
+    let config = &broker.config;
+    let own_system_topic =
+        |name: &str| is_system_topic(name, &config.cluster_name, &config.broker_name);
+    let replaced = broker
+        .topics
+        .replace_from_master(master.topic_config_table, own_system_topic)?;
+    for topic in &replaced.removed {
+        broker.offsets.remove_topic(topic);
+    }
+    if replaced.changed() {
+        broker.topics_changed();
+    }
+    Ok(replaced)
+}
+
+/// Merges the master's consumer offsets into the slave's with the rule in
+/// `ConsumerOffsets::merge_from_master`: the master's win, except offsets a consumer committed
+/// higher on this slave since the master last caught up. Returns what changed and how many
+/// malformed entries were skipped.
+pub fn apply_offsets(
+    broker: &Broker,
+    master: ConsumerOffsetSerializeWrapper,
+) -> (OffsetsMerged, usize) {
+    let mut skipped = 0;
+    let mut valid = BTreeMap::new();
+    for (key, queues) in master.offset_table {
+        let well_named = key.split_once('@').is_some_and(|(topic, group)| {
+            validate_topic_name(topic).is_ok() && validate_group_name(group).is_ok()
+        });
+        if !well_named {
+            skipped += queues.len().max(1);
+            continue;
+        }
+        let before = queues.len();
+        let queues: BTreeMap<i32, i64> = queues
+            .into_iter()
+            .filter(|(queue_id, offset)| *queue_id >= 0 && *offset >= 0)
+            .collect();
+        skipped += before - queues.len();
+        valid.insert(key, queues);
+    }
+    (broker.offsets.merge_from_master(valid), skipped)
+}
+
+/// Takes the master's delay offsets (how far each level's schedule queue was delivered), so
+/// that a slave that takes over delivers from there and not from the start. Levels below 1
+/// and negative offsets are dropped. Returns whether anything changed.
+pub fn apply_delay_offsets(broker: &Broker, master: DelayOffsetSerializeWrapper) -> bool {
+    let table = master
+        .offset_table
+        .into_iter()
+        .filter(|(level, offset)| *level >= 1 && *offset >= 0)
+        .collect();
+    broker.delay_offsets.replace(table)
+}
