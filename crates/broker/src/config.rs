@@ -31,6 +31,19 @@ pub struct BrokerConfig {
     pub broker_permission: i32,
     pub max_message_bytes: usize,
     pub role: BrokerRole,
+    /// `haListenPort`: where a master serves its slaves; None means `listenPort + 1`.
+    pub ha_listen_port: Option<u16>,
+    /// `haMasterAddress`: a slave's master HA address; None means the one the name server
+    /// gives at registration.
+    pub ha_master_addr: Option<String>,
+    /// `slaveTimeout`: how long a SYNC_MASTER send waits for a slave's confirmation before it
+    /// is answered FLUSH_SLAVE_TIMEOUT.
+    pub slave_timeout_ms: u64,
+    /// RocketMQ 5's `totalReplicas`, `inSyncReplicas`, `minInSyncReplicas`: accepted and
+    /// checked, but SYNC_MASTER waits for one slave whatever they say (see the README).
+    pub total_replicas: u32,
+    pub in_sync_replicas: u32,
+    pub min_in_sync_replicas: u32,
     pub flush: FlushMode,
     pub store_root: PathBuf,
     pub store_commitlog: Option<PathBuf>,
@@ -69,6 +82,12 @@ impl Default for BrokerConfig {
             broker_permission: 6,
             max_message_bytes: 4 * 1024 * 1024,
             role: BrokerRole::AsyncMaster,
+            ha_listen_port: None,
+            ha_master_addr: None,
+            slave_timeout_ms: 3_000,
+            total_replicas: 1,
+            in_sync_replicas: 1,
+            min_in_sync_replicas: 1,
             flush: FlushMode::Async {
                 interval_ms: 500,
                 least_pages: 4,
@@ -163,6 +182,15 @@ impl BrokerConfig {
         self.file_reserved_hours.saturating_mul(HOUR_MS)
     }
 
+    /// Where a master listens for slaves: `haListenPort`, else the port after `listen_port`
+    /// (the one bound), as RocketMQ does.
+    pub fn ha_bind_addr(&self, listen_port: u16) -> SocketAddr {
+        let port = self
+            .ha_listen_port
+            .unwrap_or_else(|| listen_port.wrapping_add(1));
+        SocketAddr::new(self.bind_addr().ip(), port)
+    }
+
     pub fn bind_addr(&self) -> SocketAddr {
         SocketAddr::new(self.bind_ip.unwrap_or(self.broker_ip), self.listen_port)
     }
@@ -214,6 +242,20 @@ impl BrokerConfig {
             ("bindAddress", self.bind_addr().ip().to_string()),
             ("listenPort", listen_port.to_string()),
             ("brokerRole", role.to_string()),
+            (
+                "haListenPort",
+                self.ha_listen_port
+                    .unwrap_or(listen_port.wrapping_add(1))
+                    .to_string(),
+            ),
+            (
+                "haMasterAddress",
+                self.ha_master_addr.clone().unwrap_or_default(),
+            ),
+            ("slaveTimeout", self.slave_timeout_ms.to_string()),
+            ("totalReplicas", self.total_replicas.to_string()),
+            ("inSyncReplicas", self.in_sync_replicas.to_string()),
+            ("minInSyncReplicas", self.min_in_sync_replicas.to_string()),
             ("brokerPermission", self.broker_permission.to_string()),
             (
                 "defaultTopicQueueNums",
@@ -330,6 +372,14 @@ impl BrokerConfig {
                         _ => return Err(field.invalid("one of ASYNC_FLUSH, SYNC_FLUSH")),
                     }
                 }
+                "haListenPort" => self.ha_listen_port = Some(field.number(0, 65_535)?),
+                "haMasterAddress" => {
+                    self.ha_master_addr = Some(value.trim().to_string()).filter(|a| !a.is_empty())
+                }
+                "slaveTimeout" => self.slave_timeout_ms = field.number(1, 3_600_000)?,
+                "totalReplicas" => self.total_replicas = field.number(1, 16)?,
+                "inSyncReplicas" => self.in_sync_replicas = field.number(1, 16)?,
+                "minInSyncReplicas" => self.min_in_sync_replicas = field.number(1, 16)?,
                 "flushIntervalCommitLog" => flush_interval_ms = field.number(1, 3_600_000)?,
                 "flushCommitLogLeastPages" => least_pages = field.number(0, 1_000_000)?,
                 "syncFlushTimeout" => sync_timeout_ms = field.number(1, 3_600_000)?,

@@ -1,7 +1,6 @@
 //! Registration with the name servers: the broker's topics and addresses every
 //! `registerNameServerPeriod`, and at once when a topic changes; unregistration at shutdown.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,11 +53,7 @@ fn registration_request(broker: &Broker) -> Command {
         broker_name: broker.config.broker_name.clone(),
         broker_addr: broker.store_host.to_string(),
         cluster_name: broker.config.cluster_name.clone(),
-        ha_server_addr: SocketAddr::new(
-            broker.store_host.ip(),
-            broker.store_host.port().wrapping_add(1),
-        )
-        .to_string(),
+        ha_server_addr: broker.ha_host.to_string(),
         broker_id: broker.config.broker_id,
         heartbeat_timeout_millis: None,
         compressed: false,
@@ -76,7 +71,10 @@ async fn register_everywhere(broker: &Broker, links: &mut [Link], failing: &mut 
         let addr = link.addr.clone();
         let result = link.call(request.clone(), timeout).await;
         let failed = match result {
-            Ok(response) if response.code == response_code::SUCCESS => false,
+            Ok(response) if response.code == response_code::SUCCESS => {
+                learn_master(broker, &response);
+                false
+            }
             Ok(response) => {
                 tracing::warn!(namesrv = %addr, code = response.code, remark = ?response.remark, "registration refused");
                 true
@@ -95,7 +93,27 @@ async fn register_everywhere(broker: &Broker, links: &mut [Link], failing: &mut 
     }
 }
 
-/// One link per configured name server.
+/// A slave learns its master's addresses from the answer to its registration, as RocketMQ's
+/// do (`masterAddr`, `haServerAddr` in the response header).
+fn learn_master(broker: &Broker, response: &Command) {
+    if !broker.replication.is_slave() {
+        return;
+    }
+    let field = |name: &str| {
+        response
+            .ext
+            .as_ref()
+            .and_then(|ext| ext.get(name))
+            .filter(|value| !value.is_empty())
+            .map(String::from)
+    };
+    broker.replication.learned_master(
+        field("masterAddr"),
+        field("haServerAddr"),
+        broker.config.ha_master_addr.is_some(),
+    );
+}
+
 /// One link per configured name server.
 pub fn namesrv_links(broker: &Broker) -> Vec<Link> {
     broker

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use quiver_store::{Append, FlushMode};
+use quiver_store::{Append, AppendDone, FlushMode};
 use quiver_wire::code::response_code;
 use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,7 +18,8 @@ use tokio::task::JoinSet;
 
 use crate::clock::now_ms;
 use crate::connection::{Connection, Outgoing, Responder};
-use crate::handler::{self, Call, Reply};
+use crate::ha::Replicated;
+use crate::handler::{self, AnswerAppend, Call, Reply};
 use crate::state::Broker;
 
 /// A connection with no frame for this long is closed: Java clients heartbeat every 30 s.
@@ -184,7 +185,7 @@ async fn serve_connection(
                 Reply::Now(response) => responder.reply(response),
                 Reply::Append { records, answer } => appends.push(Append {
                     records,
-                    done: Box::new(move |result| responder.reply(answer(result))),
+                    done: completion(broker, answer, responder),
                 }),
                 Reply::Wait(answer) => {
                     tokio::spawn(async move { responder.reply(answer.await) });
@@ -233,6 +234,41 @@ async fn serve_connection(
         }
     };
     result
+}
+
+/// What runs once the store has an append durable: the answer, at once, or on a SYNC_MASTER
+/// once a slave has the records too (FLUSH_SLAVE_TIMEOUT when none confirms them in time,
+/// SLAVE_NOT_AVAILABLE when no slave is in sync to wait for).
+fn completion(broker: &Arc<Broker>, answer: AnswerAppend, responder: Responder) -> AppendDone {
+    if !broker.replication.waits_for_slave() {
+        return Box::new(move |result| responder.reply(answer(result)));
+    }
+    let broker = broker.clone();
+    Box::new(move |result| {
+        let end = result
+            .as_ref()
+            .ok()
+            .and_then(|outcome| outcome.entries.last())
+            .map(|last| last.position + u64::from(last.size));
+        let response = answer(result);
+        let Some(end) = end.filter(|_| response.code == response_code::SUCCESS) else {
+            return responder.reply(response);
+        };
+        let written = broker.store.stats().written_position;
+        broker.replication.after_replicated(
+            end,
+            written,
+            Box::new(move |replicated| {
+                let mut response = response;
+                response.code = match replicated {
+                    Replicated::Yes => response.code,
+                    Replicated::TimedOut => response_code::FLUSH_SLAVE_TIMEOUT,
+                    Replicated::NoSlave => response_code::SLAVE_NOT_AVAILABLE,
+                };
+                responder.reply(response)
+            }),
+        );
+    })
 }
 
 /// Writes the sends of one read as one group. Writing on the reader's own thread costs no

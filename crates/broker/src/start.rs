@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::clock::now_ms;
-use crate::config::{BrokerConfig, RetentionRound};
+use crate::config::{BrokerConfig, BrokerRole, RetentionRound};
+use crate::ha;
 use crate::registration;
 use crate::state::{Broker, Persisted, StateError};
 
@@ -74,7 +75,31 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         message: e.to_string(),
     })?;
     let store_host = SocketAddr::new(config.broker_ip, local_addr.port());
-    let broker = Arc::new(Broker::new(config, persisted, store_host, now_ms()));
+    // Masters serve slaves on the HA port; a slave binds none (it may be made a master later).
+    let ha_listener = if config.role == BrokerRole::Slave {
+        None
+    } else {
+        let ha_bind = config.ha_bind_addr(local_addr.port());
+        let ha_listener = TcpListener::bind(ha_bind)
+            .await
+            .map_err(|e| StartError::Bind {
+                addr: ha_bind,
+                message: e.to_string(),
+            })?;
+        Some(ha_listener)
+    };
+    let ha_port = match &ha_listener {
+        Some(listener) => listener.local_addr().map(|a| a.port()).unwrap_or(0),
+        None => config.ha_bind_addr(local_addr.port()).port(),
+    };
+    let ha_host = SocketAddr::new(config.broker_ip, ha_port);
+    let broker = Arc::new(Broker::new(
+        config,
+        persisted,
+        store_host,
+        ha_host,
+        now_ms(),
+    ));
     let (stop, stopped) = watch::channel(false);
     let (registered_sender, registered) = watch::channel(false);
     let server = tokio::spawn(crate::server::serve(
@@ -82,16 +107,46 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         broker.clone(),
         stopped.clone(),
     ));
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(housekeeping(broker.clone(), stopped.clone())),
-        tokio::spawn(crate::delay::run(broker.clone(), stopped.clone())),
         tokio::spawn(registration::run(
             broker.clone(),
             stopped,
             registered_sender,
         )),
     ];
-    tracing::info!(addr = %local_addr, broker = %broker.config.broker_name, "broker listening");
+    match ha_listener {
+        Some(listener) => {
+            // A slave delivers no delayed messages: its master does, and it copies the result
+            // and the master's delay offsets.
+            tasks.push(tokio::spawn(crate::delay::run(
+                broker.clone(),
+                stop.subscribe(),
+            )));
+            tasks.push(tokio::spawn(ha::master::serve(
+                listener,
+                broker.clone(),
+                stop.subscribe(),
+            )));
+            if broker.replication.waits_for_slave() {
+                tasks.push(tokio::spawn(expire_slave_waits(
+                    broker.clone(),
+                    stop.subscribe(),
+                )));
+            }
+        }
+        None => {
+            tasks.push(tokio::spawn(ha::slave::run(
+                broker.clone(),
+                stop.subscribe(),
+            )));
+            tasks.push(tokio::spawn(copy_master_metadata(
+                broker.clone(),
+                stop.subscribe(),
+            )));
+        }
+    }
+    tracing::info!(addr = %local_addr, ha = %ha_host, role = ?broker.config.role, broker = %broker.config.broker_name, "broker listening");
     Ok(RunningBroker {
         broker,
         local_addr,
@@ -145,6 +200,50 @@ impl RunningBroker {
             Ok(Ok(())) => tracing::info!("store closed cleanly"),
             Ok(Err(error)) => tracing::error!(%error, "store did not close cleanly"),
             Err(error) => tracing::error!(%error, "store close task failed"),
+        }
+    }
+}
+
+/// How often a SYNC_MASTER looks for sends whose wait for a slave passed `slaveTimeout`.
+const SLAVE_WAIT_CHECK_MS: u64 = 20;
+
+async fn expire_slave_waits(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(SLAVE_WAIT_CHECK_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            _ = tick.tick() => broker.replication.expire(std::time::Instant::now()),
+        }
+    }
+}
+
+/// How often a slave copies its master's topics, consumer and delay offsets. RocketMQ's do it
+/// once a minute, so a topic created on the master is unknown to the slave for up to a minute;
+/// a few small requests every two seconds cost little.
+const METADATA_COPY_INTERVAL_MS: u64 = 2_000;
+const METADATA_COPY_TIMEOUT_MS: u64 = 3_000;
+
+async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(METADATA_COPY_INTERVAL_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            _ = tick.tick() => {}
+        }
+        let Some(master) = broker.replication.master().broker else {
+            continue;
+        };
+        let timeout = Duration::from_millis(METADATA_COPY_TIMEOUT_MS);
+        match crate::replica_meta::copy_from_master(&broker, &master, timeout).await {
+            Ok(_) => failing = false,
+            Err(error) if !failing => {
+                tracing::warn!(%master, %error, "cannot copy the master's topics and offsets; retrying");
+                failing = true;
+            }
+            Err(_) => {}
         }
     }
 }

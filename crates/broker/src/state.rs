@@ -16,6 +16,7 @@ use crate::clients::ClientTable;
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
 use crate::delay::DelayOffsets;
+use crate::ha::Replication;
 use crate::locks::QueueLocks;
 use crate::long_poll::PullWaiters;
 use crate::offsets::ConsumerOffsets;
@@ -76,6 +77,10 @@ pub struct Broker {
     pub delay_offsets: DelayOffsets,
     /// The address written into records and message ids: reachable `brokerIP1:port`.
     pub store_host: SocketAddr,
+    /// Where slaves reach this broker's HA port (registered as `haServerAddr`).
+    pub ha_host: SocketAddr,
+    /// Master/slave replication: what a SYNC_MASTER's sends wait for, a slave's master.
+    pub replication: Arc<Replication>,
     pub counters: Counters,
     pub started_ms: i64,
     register_now: Notify,
@@ -151,6 +156,7 @@ impl Broker {
         config: BrokerConfig,
         persisted: Persisted,
         store_host: SocketAddr,
+        ha_host: SocketAddr,
         now_ms: i64,
     ) -> Broker {
         let Persisted {
@@ -160,10 +166,13 @@ impl Broker {
             delay_offsets,
         } = persisted;
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
+        let replication = Arc::new(Replication::new(&config));
         let arrival_waiters = waiters.clone();
+        let arrival_replication = replication.clone();
         store.set_arrival_listener(Arc::new(
             move |topic: &str, queue_id: u32, max_offset: u64| {
-                arrival_waiters.arrived(topic, queue_id, max_offset)
+                arrival_waiters.arrived(topic, queue_id, max_offset);
+                arrival_replication.log_grew();
             },
         ));
         Broker {
@@ -176,6 +185,8 @@ impl Broker {
             locks: QueueLocks::default(),
             delay_offsets,
             store_host,
+            ha_host,
+            replication,
             counters: Counters::default(),
             started_ms: now_ms,
             register_now: Notify::new(),

@@ -101,13 +101,20 @@ fn register_broker(call: &Call, request: &Command) -> Result<Command, HeaderErro
         broker_addr: header.broker_addr,
         broker_id: header.broker_id,
         expiry_ms: header.heartbeat_timeout_millis,
+        ha_server_addr: header.ha_server_addr,
         data_version,
         topics,
     };
-    lock(call).register(registration, Some(call.connection), call.now_ms);
-    Ok(request
-        .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new()))
+    let registered = lock(call).register(registration, Some(call.connection), call.now_ms);
+    // RocketMQ's RegisterBrokerResponseHeader: how a slave finds its master.
+    let mut ext = ExtFields::new();
+    if let Some(master_addr) = registered.master_addr {
+        ext = ext.with("masterAddr", master_addr);
+    }
+    if let Some(ha_server_addr) = registered.ha_server_addr {
+        ext = ext.with("haServerAddr", ha_server_addr);
+    }
+    Ok(request.response_to(response_code::SUCCESS).with_ext(ext))
 }
 
 fn unregister_broker(call: &Call, request: &Command) -> Result<Command, HeaderError> {

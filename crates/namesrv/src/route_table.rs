@@ -26,6 +26,8 @@ struct LiveBroker {
     connection: Option<ConnectionId>,
     /// The topic-config version of its last registration with a body.
     data_version: Option<DataVersion>,
+    /// Where its slaves reach its HA port.
+    ha_server_addr: String,
 }
 
 /// What a broker tells the name server when it registers.
@@ -36,9 +38,19 @@ pub struct Registration {
     pub broker_addr: String,
     pub broker_id: i64,
     pub expiry_ms: Option<i64>,
+    /// Where its slaves reach its HA port (`haServerAddr`).
+    pub ha_server_addr: String,
     /// The version of the broker's topic config; `None` when the registration has no body.
     pub data_version: Option<DataVersion>,
     pub topics: BTreeMap<String, TopicConfig>,
+}
+
+/// What a registration answers: to a slave, its master's addresses, so that it can follow it
+/// (RocketMQ's RegisterBrokerResult); empty for a master or a slave whose master is not here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registered {
+    pub master_addr: Option<String>,
+    pub ha_server_addr: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -76,13 +88,14 @@ impl RouteTable {
         registration: Registration,
         connection: Option<ConnectionId>,
         now_ms: i64,
-    ) {
+    ) -> Registered {
         let Registration {
             cluster,
             broker_name,
             broker_addr,
             broker_id,
             expiry_ms,
+            ha_server_addr,
             data_version,
             topics,
         } = registration;
@@ -138,6 +151,7 @@ impl RouteTable {
                     .insert(broker_name.clone(), queue_data);
             }
         }
+        let registered = self.master_of(&broker_name, broker_id);
         self.live.insert(
             broker_addr,
             LiveBroker {
@@ -147,8 +161,34 @@ impl RouteTable {
                 expiry_ms: expiry_ms.unwrap_or(self.expiry_ms_default),
                 connection,
                 data_version: data_version.or(previous_version),
+                ha_server_addr,
             },
         );
+        registered
+    }
+
+    /// A slave's master: the address registered under id 0 of its broker name, and the HA
+    /// address that master registered.
+    fn master_of(&self, broker_name: &str, broker_id: i64) -> Registered {
+        if broker_id == 0 {
+            return Registered::default();
+        }
+        let Some(master_addr) = self
+            .brokers
+            .get(broker_name)
+            .and_then(|(_, addrs)| addrs.get(&0))
+        else {
+            return Registered::default();
+        };
+        let ha_server_addr = self
+            .live
+            .get(master_addr)
+            .map(|live| live.ha_server_addr.clone())
+            .filter(|addr| !addr.is_empty());
+        Registered {
+            master_addr: Some(master_addr.clone()),
+            ha_server_addr,
+        }
     }
 
     /// Whether `version` differs from what `broker_addr` last registered (true when unknown):
@@ -404,6 +444,7 @@ mod tests {
             broker_addr: addr.into(),
             broker_id: 0,
             expiry_ms: None,
+            ha_server_addr: format!("{addr}-ha"),
             data_version: None,
             topics,
         }
@@ -577,7 +618,15 @@ mod tests {
             broker_id: 1,
             ..registration("a", "127.0.0.1:2", &[])
         };
-        table.register(slave, None, 0);
+        let registered = table.register(slave, None, 0);
+        assert_eq!(
+            registered,
+            Registered {
+                master_addr: Some("127.0.0.1:1".into()),
+                ha_server_addr: Some("127.0.0.1:1-ha".into()),
+            },
+            "a slave learns its master's addresses"
+        );
         assert!(table.unregister("127.0.0.1:1"));
         let route = table.route("T").expect("the slave still serves T");
         assert_eq!(

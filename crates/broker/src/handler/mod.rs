@@ -83,6 +83,13 @@ impl From<HeaderError> for Refusal {
 /// Sends and consumers' send-backs alike: a broker closed to writes (being drained) refuses
 /// them with NO_PERMISSION, and Java clients then go to a broker that takes them.
 fn broker_writable(broker: &Broker) -> Result<(), Refusal> {
+    if broker.replication.is_slave() {
+        // RocketMQ's answer for a put on a slave; clients then send to a master.
+        return Err(Refusal::new(
+            response_code::SERVICE_NOT_AVAILABLE,
+            "service not available now: the broker is a slave, which takes no sends",
+        ));
+    }
     if broker.config.broker_permission & PERM_WRITE == 0 {
         let remark = format!(
             "the broker[{}] sending message is forbidden",

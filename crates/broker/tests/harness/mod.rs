@@ -53,7 +53,10 @@ impl Harness {
             .expect("test broker.conf is valid");
         let (persisted, _) = Persisted::open(&config, START_MS).expect("state opens");
         let store_host: SocketAddr = "127.0.0.1:10911".parse().expect("address");
-        let broker = Arc::new(Broker::new(config, persisted, store_host, START_MS));
+        let ha_host: SocketAddr = "127.0.0.1:10912".parse().expect("address");
+        let broker = Arc::new(Broker::new(
+            config, persisted, store_host, ha_host, START_MS,
+        ));
         Harness::over(broker, dir, 1)
     }
 

@@ -1,0 +1,276 @@
+//! Master/slave replication with Apache RocketMQ's default HA protocol (`codec`): a master
+//! streams its CommitLog to each slave from the position the slave reports (`master`); a slave
+//! connects to its master, appends what it receives at the same positions through the store's
+//! second write path and reports how far it has (`slave`). `Replication` is the state both
+//! sides share with the rest of the broker: the slaves' confirmed position and the sends of a
+//! SYNC_MASTER waiting for it, and a slave's master address.
+
+pub mod codec;
+pub mod master;
+pub mod slave;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::config::{BrokerConfig, BrokerRole};
+
+/// A slave further behind than this is not in sync: a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
+/// at once rather than hold sends for a slave that cannot catch up within their timeout
+/// (RocketMQ's haMaxGapNotInSync).
+pub const SLAVE_BEHIND_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Sends of a SYNC_MASTER waiting for a slave at once; past it a send is answered
+/// SLAVE_NOT_AVAILABLE. Each connection's in-flight limit bounds them too.
+pub const WAITING_SENDS_MAX: usize = 100_000;
+
+/// What happened to a send that waited for a slave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Replicated {
+    /// A slave confirmed a position at or past the send's end.
+    Yes,
+    /// No slave confirmed it within `slaveTimeout`.
+    TimedOut,
+    /// No slave is connected, or the one connected is too far behind to wait for.
+    NoSlave,
+}
+
+type Waiting = Box<dyn FnOnce(Replicated) + Send>;
+
+struct Waiter {
+    end_position: u64,
+    deadline: Instant,
+    done: Waiting,
+}
+
+/// Where a slave's master is, as configured or as the name server said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MasterAddresses {
+    /// The master's broker (remoting) address.
+    pub broker: Option<String>,
+    /// The master's HA address.
+    pub ha: Option<String>,
+}
+
+pub struct Replication {
+    role: BrokerRole,
+    slave_timeout: Duration,
+    /// The highest position any slave of this master has confirmed.
+    confirmed: AtomicU64,
+    slaves: AtomicUsize,
+    waiting: Mutex<Vec<Waiter>>,
+    /// Wakes each slave connection's writer when the CommitLog grew.
+    log_grew: Notify,
+    /// A slave's master, and a signal when it changes.
+    master: Mutex<MasterAddresses>,
+    master_changed: Notify,
+}
+
+impl Replication {
+    pub fn new(config: &BrokerConfig) -> Replication {
+        Replication {
+            role: config.role,
+            slave_timeout: Duration::from_millis(config.slave_timeout_ms),
+            confirmed: AtomicU64::new(0),
+            slaves: AtomicUsize::new(0),
+            waiting: Mutex::new(Vec::new()),
+            log_grew: Notify::new(),
+            master: Mutex::new(MasterAddresses {
+                broker: None,
+                ha: config.ha_master_addr.clone(),
+            }),
+            master_changed: Notify::new(),
+        }
+    }
+
+    pub fn is_slave(&self) -> bool {
+        self.role == BrokerRole::Slave
+    }
+
+    /// Whether a stored send is acknowledged only once a slave has it (SYNC_MASTER).
+    pub fn waits_for_slave(&self) -> bool {
+        self.role == BrokerRole::SyncMaster
+    }
+
+    /// Runs `done` once a slave has confirmed `end_position`, or when that cannot happen in
+    /// time; `written_position` is the master's log end, to judge how far behind a slave is.
+    pub fn after_replicated(&self, end_position: u64, written_position: u64, done: Waiting) {
+        let confirmed = self.confirmed.load(Ordering::Acquire);
+        if confirmed >= end_position {
+            return done(Replicated::Yes);
+        }
+        let behind = written_position.saturating_sub(confirmed);
+        if self.slaves.load(Ordering::Acquire) == 0 || behind > SLAVE_BEHIND_BYTES_MAX {
+            return done(Replicated::NoSlave);
+        }
+        let mut waiting = self.waiting.lock().expect("waiting lock poisoned");
+        if waiting.len() >= WAITING_SENDS_MAX {
+            drop(waiting);
+            return done(Replicated::NoSlave);
+        }
+        waiting.push(Waiter {
+            end_position,
+            deadline: Instant::now() + self.slave_timeout,
+            done,
+        });
+        drop(waiting);
+        // A confirmation that landed between the check above and the push would not have
+        // seen this waiter.
+        if self.confirmed.load(Ordering::Acquire) >= end_position {
+            self.complete(
+                |waiter| waiter.end_position <= end_position,
+                Replicated::Yes,
+            );
+        }
+    }
+
+    /// A slave confirmed it has everything below `position`: one confirmation completes every
+    /// send waiting at or below it, as one fsync does for a group.
+    pub fn confirmed(&self, position: u64) {
+        let before = self.confirmed.fetch_max(position, Ordering::AcqRel);
+        if position > before {
+            self.complete(|waiter| waiter.end_position <= position, Replicated::Yes);
+        }
+    }
+
+    /// Answers the sends whose wait has passed `slaveTimeout`.
+    pub fn expire(&self, now: Instant) {
+        self.complete(|waiter| waiter.deadline <= now, Replicated::TimedOut);
+    }
+
+    /// The highest position a slave has confirmed.
+    pub fn confirmed_position(&self) -> u64 {
+        self.confirmed.load(Ordering::Acquire)
+    }
+
+    pub fn slaves(&self) -> usize {
+        self.slaves.load(Ordering::Acquire)
+    }
+
+    fn complete(&self, which: impl Fn(&Waiter) -> bool, outcome: Replicated) {
+        let done: Vec<Waiter> = {
+            let mut waiting = self.waiting.lock().expect("waiting lock poisoned");
+            if waiting.is_empty() {
+                return;
+            }
+            let (done, kept) = std::mem::take(&mut *waiting).into_iter().partition(&which);
+            *waiting = kept;
+            done
+        };
+        // Outside the lock: completions write answers.
+        for waiter in done {
+            (waiter.done)(outcome);
+        }
+    }
+
+    /// The store wrote more: slave connections waiting for bytes look again.
+    pub fn log_grew(&self) {
+        if self.slaves.load(Ordering::Relaxed) > 0 {
+            self.log_grew.notify_waiters();
+        }
+    }
+
+    pub fn master(&self) -> MasterAddresses {
+        self.master.lock().expect("master lock poisoned").clone()
+    }
+
+    /// What the name server said of this slave's master at registration. A configured
+    /// `haMasterAddress` wins over the one it gives.
+    pub fn learned_master(&self, broker: Option<String>, ha: Option<String>, configured: bool) {
+        let mut master = self.master.lock().expect("master lock poisoned");
+        let next = MasterAddresses {
+            broker: broker.or_else(|| master.broker.clone()),
+            ha: if configured {
+                master.ha.clone()
+            } else {
+                ha.or_else(|| master.ha.clone())
+            },
+        };
+        if *master != next {
+            *master = next;
+            drop(master);
+            self.master_changed.notify_waiters();
+        }
+    }
+}
+
+/// Counts a slave connection for as long as it lives.
+pub struct SlaveConnected<'a>(&'a Replication);
+
+impl<'a> SlaveConnected<'a> {
+    pub fn new(replication: &'a Replication) -> SlaveConnected<'a> {
+        replication.slaves.fetch_add(1, Ordering::AcqRel);
+        SlaveConnected(replication)
+    }
+}
+
+impl Drop for SlaveConnected<'_> {
+    fn drop(&mut self) {
+        self.0.slaves.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn sync_master() -> Replication {
+        let config = BrokerConfig {
+            role: BrokerRole::SyncMaster,
+            slave_timeout_ms: 1_000,
+            ..BrokerConfig::default()
+        };
+        Replication::new(&config)
+    }
+
+    fn waiter(tx: &mpsc::Sender<(u64, Replicated)>, end: u64) -> Waiting {
+        let tx = tx.clone();
+        Box::new(move |outcome| tx.send((end, outcome)).unwrap())
+    }
+
+    #[test]
+    fn one_confirmation_completes_every_send_at_or_below_it() {
+        let replication = sync_master();
+        let _slave = SlaveConnected::new(&replication);
+        let (tx, rx) = mpsc::channel();
+        for end in [100, 200, 300] {
+            replication.after_replicated(end, 300, waiter(&tx, end));
+        }
+        assert!(rx.try_recv().is_err());
+        replication.confirmed(250);
+        let mut done: Vec<_> = rx.try_iter().collect();
+        done.sort();
+        assert_eq!(done, vec![(100, Replicated::Yes), (200, Replicated::Yes)]);
+        // A stale, lower report changes nothing.
+        replication.confirmed(120);
+        assert!(rx.try_recv().is_err());
+        replication.confirmed(300);
+        assert_eq!(rx.try_recv().unwrap(), (300, Replicated::Yes));
+    }
+
+    #[test]
+    fn without_a_slave_or_with_one_far_behind_a_send_does_not_wait() {
+        let replication = sync_master();
+        let (tx, rx) = mpsc::channel();
+        replication.after_replicated(100, 100, waiter(&tx, 100));
+        assert_eq!(rx.try_recv().unwrap(), (100, Replicated::NoSlave));
+        let _slave = SlaveConnected::new(&replication);
+        let far = SLAVE_BEHIND_BYTES_MAX + 1;
+        replication.after_replicated(far, far, waiter(&tx, far));
+        assert_eq!(rx.try_recv().unwrap(), (far, Replicated::NoSlave));
+    }
+
+    #[test]
+    fn a_send_not_confirmed_in_time_times_out() {
+        let replication = sync_master();
+        let _slave = SlaveConnected::new(&replication);
+        let (tx, rx) = mpsc::channel();
+        replication.after_replicated(100, 100, waiter(&tx, 100));
+        replication.expire(Instant::now());
+        assert!(rx.try_recv().is_err(), "not before slaveTimeout");
+        replication.expire(Instant::now() + Duration::from_millis(1_001));
+        assert_eq!(rx.try_recv().unwrap(), (100, Replicated::TimedOut));
+    }
+}

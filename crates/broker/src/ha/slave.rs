@@ -1,0 +1,143 @@
+//! The slave side: connect to the master's HA port, report this log's end, append what the
+//! master streams at the same positions (through the store's replica write path, which also
+//! builds the ConsumeQueues and key index), report again after each append and at least every
+//! heartbeat interval. Any error closes the connection; the next one resumes from this log's
+//! end, so nothing is applied twice and nothing is skipped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::codec::{encode_report, SlaveStream, StreamError, Units};
+use super::master::{HEARTBEAT_INTERVAL_MS, SLAVE_SILENCE_MS_MAX};
+use crate::state::Broker;
+
+/// Between attempts to reach the master.
+const RECONNECT_DELAY_MS: u64 = 1_000;
+const CONNECT_TIMEOUT_MS: u64 = 3_000;
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the master sent nothing for {SLAVE_SILENCE_MS_MAX} ms")]
+    Silent,
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    #[error("the store refused what the master sent: {0}")]
+    Store(String),
+}
+
+/// Follows the master until `stop`.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut failing = false;
+    loop {
+        let master = broker.replication.master();
+        let Some(addr) = master.ha else {
+            // Registration tells us the master's HA address; wait for it.
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => return,
+                _ = broker.replication.master_changed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(RECONNECT_DELAY_MS)) => {}
+            }
+            continue;
+        };
+        let connect = tokio::time::timeout(
+            Duration::from_millis(CONNECT_TIMEOUT_MS),
+            TcpStream::connect(&addr),
+        );
+        let connected = tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            connected = connect => connected,
+        };
+        let result = match connected {
+            Ok(Ok(stream)) => {
+                tracing::info!(master = %addr, "following the master");
+                failing = false;
+                session(stream, &broker, &mut stop).await
+            }
+            Ok(Err(error)) => Err(SessionError::Io(error)),
+            Err(_) => Err(SessionError::Io(std::io::ErrorKind::TimedOut.into())),
+        };
+        match result {
+            Ok(()) => return,
+            Err(SessionError::Stream(error @ StreamError::Diverged { .. })) => {
+                tracing::error!(master = %addr, %error, "refusing this master; the slave keeps its own log");
+            }
+            Err(error) if !failing => {
+                tracing::warn!(master = %addr, %error, "lost the master; trying again every second");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            _ = tokio::time::sleep(Duration::from_millis(RECONNECT_DELAY_MS)) => {}
+        }
+    }
+}
+
+/// One connection to the master; Ok when stopped.
+async fn session(
+    stream: TcpStream,
+    broker: &Arc<Broker>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), SessionError> {
+    stream.set_nodelay(true)?;
+    let (mut reader, mut writer) = stream.into_split();
+    let store = &broker.store;
+    let log_end = store.stats().written_position;
+    let mut stream = SlaveStream::new((log_end > 0).then_some(log_end), store.segment_bytes());
+    writer.write_all(&encode_report(log_end)).await?;
+    let mut reported = log_end;
+    let mut buffer = vec![0u8; READ_BUFFER_BYTES];
+    let mut units: Vec<Units> = Vec::new();
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
+    heartbeat.tick().await;
+    let silence = Duration::from_millis(SLAVE_SILENCE_MS_MAX);
+    loop {
+        let read = tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            _ = heartbeat.tick() => None,
+            read = tokio::time::timeout(silence, reader.read(&mut buffer)) => Some(read),
+        };
+        let Some(read) = read else {
+            writer
+                .write_all(&encode_report(store.stats().written_position))
+                .await?;
+            continue;
+        };
+        let n = match read {
+            Err(_) => return Err(SessionError::Silent),
+            Ok(Ok(0)) => return Err(SessionError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(Ok(n)) => n,
+            Ok(Err(error)) => return Err(error.into()),
+        };
+        stream.feed(&buffer[..n], &mut units)?;
+        if units.is_empty() {
+            continue;
+        }
+        let batch = std::mem::take(&mut units);
+        let store = store.clone();
+        // Writing (and with sync flush, fsyncing) blocks: off the runtime's workers.
+        let written = tokio::task::spawn_blocking(move || {
+            let mut written = 0;
+            for unit in batch {
+                written = store
+                    .append_replicated(unit.position, &unit.bytes)
+                    .map_err(|error| SessionError::Store(error.to_string()))?;
+            }
+            Ok::<u64, SessionError>(written)
+        })
+        .await
+        .map_err(|error| SessionError::Store(error.to_string()))??;
+        if written > reported {
+            writer.write_all(&encode_report(written)).await?;
+            reported = written;
+        }
+    }
+}

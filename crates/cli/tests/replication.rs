@@ -1,0 +1,154 @@
+//! Master and slave as separate processes on loopback: the slave follows the master over the
+//! HA port in RocketMQ's protocol, serves what it has, and a SYNC_MASTER acknowledges only what
+//! the slave confirmed.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{binary, pull_all, up_with_config};
+use quiver_testkit::{wait_until, QuiverProcess, SendOptions, WireClient};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::{Command, Encoding, ExtFields};
+
+/// Small segments, so that a few hundred messages cross segment ends.
+const SEGMENT_BYTES: u64 = 256 * 1024;
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+fn master(dir: &Path, role: &str) -> QuiverProcess {
+    up_with_config(
+        dir,
+        &format!(
+            "brokerRole={role}\nhaListenPort=0\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nslaveTimeout=2000\n"
+        ),
+    )
+}
+
+/// `quiver broker` as broker-a's slave, registered with `namesrv`, data in `dir/slave`.
+fn slave(dir: &Path, namesrv: SocketAddr) -> QuiverProcess {
+    let conf = dir.join("slave.conf");
+    let text = format!(
+        "brokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\nlistenPort=0\n\
+         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nregisterNameServerPeriod=1000\n",
+        dir.join("slave").display()
+    );
+    std::fs::write(&conf, text).expect("write slave.conf");
+    let namesrv = namesrv.to_string();
+    QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", conf.to_str().unwrap(), "-n", &namesrv],
+        &dir.join("slave-log"),
+    )
+    .expect("the slave starts")
+}
+
+fn max_offset(client: &mut WireClient, topic: &str, queue_id: i32) -> Option<i64> {
+    let request = Command::request(request_code::GET_MAX_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("topic", topic)
+            .with("queueId", queue_id),
+    );
+    let response = client.call(request).ok()?;
+    (response.code == response_code::SUCCESS)
+        .then(|| response.ext_get("offset")?.parse().ok())
+        .flatten()
+}
+
+fn send(client: &mut WireClient, topic: &str, queue_id: i32, body: &[u8]) -> Command {
+    let options = SendOptions {
+        queue_id: Some(queue_id),
+        ..SendOptions::default()
+    };
+    client.send(topic, body, &options).expect("send answered")
+}
+
+#[test]
+fn a_slave_follows_its_master_across_segments_and_serves_the_same_messages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = master(dir.path(), "ASYNC_MASTER");
+    let mut producer = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    producer
+        .create_topic("Replicated", 4)
+        .expect("create topic");
+    let slave = slave(dir.path(), master.namesrv());
+    let body = vec![b'r'; 1000];
+    for i in 0..600 {
+        let sent = send(&mut producer, "Replicated", i % 4, &body);
+        assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+    }
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    // The slave copies its master's topics every 2 s.
+    wait_until(CATCH_UP, || {
+        let pulled = reader.pull("Replicated", "g", 0, 0, 1, 0).ok()?;
+        (pulled.code != response_code::TOPIC_NOT_EXIST).then_some(())
+    })
+    .expect("the slave learns the master's topic");
+    for queue_id in 0..4 {
+        wait_until(CATCH_UP, || {
+            (max_offset(&mut reader, "Replicated", queue_id) == Some(150)).then_some(())
+        })
+        .unwrap_or_else(|| panic!("queue {queue_id} did not reach the slave"));
+        let on_master = pull_all(&mut producer, "Replicated", queue_id, 0);
+        let on_slave = pull_all(&mut reader, "Replicated", queue_id, 0);
+        assert_eq!(on_slave.len(), 150);
+        assert_eq!(on_slave, on_master, "the same records at the same offsets");
+    }
+    // A slave takes no sends.
+    let refused = send(&mut reader, "Replicated", 0, b"to the slave");
+    assert_eq!(refused.code, response_code::SERVICE_NOT_AVAILABLE);
+}
+
+#[test]
+fn a_sync_master_acknowledges_only_what_its_slave_confirmed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = master(dir.path(), "SYNC_MASTER");
+    let mut producer = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    producer.create_topic("Confirmed", 1).expect("create topic");
+    let alone = send(&mut producer, "Confirmed", 0, b"no slave yet");
+    assert_eq!(alone.code, response_code::SLAVE_NOT_AVAILABLE);
+
+    let mut slave = slave(dir.path(), master.namesrv());
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    wait_until(CATCH_UP, || {
+        let sent = send(&mut producer, "Confirmed", 0, b"probe");
+        (sent.code == response_code::SUCCESS).then_some(())
+    })
+    .expect("once the slave follows, sends are confirmed");
+    for i in 0..50 {
+        let sent = send(&mut producer, "Confirmed", 0, format!("m{i}").as_bytes());
+        assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+        let offset: i64 = sent.ext_get("queueOffset").unwrap().parse().unwrap();
+        // SEND_OK means the slave had it before the answer left the master.
+        assert!(max_offset(&mut reader, "Confirmed", 0).unwrap() > offset);
+    }
+
+    // Without its slave, nothing more is SEND_OK; the messages are still stored.
+    slave.kill9().expect("kill the slave");
+    let stored_before = max_offset(&mut producer, "Confirmed", 0).unwrap();
+    for _ in 0..3 {
+        let sent = send(&mut producer, "Confirmed", 0, b"unconfirmed");
+        assert!(
+            sent.code == response_code::FLUSH_SLAVE_TIMEOUT
+                || sent.code == response_code::SLAVE_NOT_AVAILABLE,
+            "answered {} without a slave",
+            sent.code
+        );
+    }
+    assert_eq!(
+        max_offset(&mut producer, "Confirmed", 0),
+        Some(stored_before + 3)
+    );
+
+    // The slave restarts from its own end and catches up, the unconfirmed messages included.
+    let slave = self::slave(dir.path(), master.namesrv());
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    let expected = max_offset(&mut producer, "Confirmed", 0);
+    wait_until(CATCH_UP, || {
+        (max_offset(&mut reader, "Confirmed", 0) == expected).then_some(())
+    })
+    .expect("the restarted slave catches up");
+    let sent = send(&mut producer, "Confirmed", 0, b"confirmed again");
+    assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+}
