@@ -152,3 +152,86 @@ fn a_sync_master_acknowledges_only_what_its_slave_confirmed() {
     let sent = send(&mut producer, "Confirmed", 0, b"confirmed again");
     assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
 }
+
+/// `quiver namesrv` alone, on a free port.
+fn namesrv(dir: &Path) -> QuiverProcess {
+    QuiverProcess::start(
+        &binary(),
+        &["namesrv", "--listen", "127.0.0.1:0"],
+        &dir.join("namesrv-log"),
+    )
+    .expect("the name server starts")
+}
+
+/// `quiver broker` as broker-a's master, data in `dir/master`.
+fn master_broker(dir: &Path, namesrv: SocketAddr, role: &str) -> QuiverProcess {
+    let conf = dir.join("master.conf");
+    let text = format!(
+        "brokerName=broker-a\nbrokerId=0\nbrokerRole={role}\nlistenPort=0\nhaListenPort=0\n\
+         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nslaveTimeout=2000\n",
+        dir.join("master").display()
+    );
+    std::fs::write(&conf, text).expect("write master.conf");
+    let namesrv = namesrv.to_string();
+    QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", conf.to_str().unwrap(), "-n", &namesrv],
+        &dir.join("master-log"),
+    )
+    .expect("the master starts")
+}
+
+#[test]
+fn every_message_a_sync_master_acknowledged_is_on_the_slave_after_the_master_is_killed() {
+    use quiver_testkit::crash::{check_survival, kill_when, Producers};
+    const TOPIC: &str = "Failover";
+    const QUEUES: i32 = 8;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    println!("seed={seed}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let namesrv = namesrv(dir.path());
+    let mut master = master_broker(dir.path(), namesrv.namesrv(), "SYNC_MASTER");
+    let mut admin = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    admin.create_topic(TOPIC, QUEUES).expect("create topic");
+    let slave = slave(dir.path(), namesrv.namesrv());
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    let mut probes = 0;
+    wait_until(CATCH_UP, || {
+        let pulled = reader.pull(TOPIC, "g", 0, 0, 1, 0).ok()?;
+        probes += 1;
+        let sent = send(&mut admin, TOPIC, 0, format!("probe {probes}").as_bytes());
+        (pulled.code != response_code::TOPIC_NOT_EXIST && sent.code == response_code::SUCCESS)
+            .then_some(())
+    })
+    .expect("the slave follows and knows the topic");
+
+    let producers =
+        Producers::start(master.broker(), TOPIC, QUEUES, 64, 2048, seed).expect("producers");
+    kill_when(&producers, 2_000, CATCH_UP, || true, || master.kill9())
+        .expect("the master is killed under load");
+    let acks = producers
+        .finish()
+        .expect("every answer before the kill was SEND_OK");
+    let survival = check_survival(&mut reader, TOPIC, QUEUES, &acks, |_| true)
+        .expect("every acknowledged message is on the slave at its offset with its body");
+    assert!(survival.acked >= 2_000, "{survival:?}");
+
+    // A consumer carries on from the slave: it reads there and commits its offsets there.
+    let update = Command::request(request_code::UPDATE_CONSUMER_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("topic", TOPIC)
+            .with("consumerGroup", "after_failover")
+            .with("queueId", 0)
+            .with("commitOffset", 5),
+    );
+    assert_eq!(reader.call(update).unwrap().code, response_code::SUCCESS);
+    let query = Command::request(request_code::QUERY_CONSUMER_OFFSET, Encoding::Json).with_ext(
+        ExtFields::new()
+            .with("topic", TOPIC)
+            .with("consumerGroup", "after_failover")
+            .with("queueId", 0),
+    );
+    assert_eq!(reader.call(query).unwrap().ext_get("offset"), Some("5"));
+}
