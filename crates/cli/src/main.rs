@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use quiver_broker::{BrokerConfig, UnknownKey};
+use quiver_broker::{BrokerConfig, BrokerRole, UnknownKey};
 use quiver_namesrv::NamesrvConfig;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -46,6 +46,14 @@ enum Command {
         /// Broker port (0 picks a free one), unless the config file sets listenPort.
         #[arg(long, default_value_t = 10911)]
         broker_port: u16,
+        /// Masters to run (broker-a, broker-b, ...), each on the broker port plus 100 per
+        /// master, its data in DATA/<name>/master.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+        masters: u16,
+        /// Slaves per master, each on its master's port plus 10 per slave, following it over
+        /// the HA port (listen port + 1), its data in DATA/<name>/slave-<id>.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4))]
+        slaves: u16,
     },
     /// Run a name server.
     Namesrv {
@@ -116,15 +124,15 @@ fn run(cli: Cli) -> ExitCode {
                 data,
                 namesrv_port,
                 broker_port,
+                masters,
+                slaves,
             } => {
-                up(
-                    config.as_deref(),
-                    &data,
-                    namesrv_port,
+                let layout = Layout {
+                    masters,
+                    slaves,
                     broker_port,
-                    stop_signal,
-                )
-                .await
+                };
+                up(config.as_deref(), &data, namesrv_port, layout, stop_signal).await
             }
             Command::Namesrv {
                 listen,
@@ -184,11 +192,65 @@ fn file_sets(path: Option<&Path>, key: &str) -> bool {
         })
 }
 
+/// What `quiver up` runs: one name server and `masters` masters with `slaves` slaves each.
+struct Layout {
+    masters: u16,
+    slaves: u16,
+    broker_port: u16,
+}
+
+/// One broker of the layout: its name, id, role, port and data folder.
+struct Member {
+    name: String,
+    broker_id: i64,
+    listen_port: u16,
+    data: PathBuf,
+}
+
+impl Layout {
+    fn single(&self) -> bool {
+        self.masters == 1 && self.slaves == 0
+    }
+
+    /// Masters first; slave `j` of a master on the master's port plus 10 j.
+    fn members(&self, data: &Path) -> Vec<(Member, Vec<Member>)> {
+        let port = |offset: u16| match self.broker_port {
+            0 => 0,
+            base => base.saturating_add(offset),
+        };
+        (0..self.masters)
+            .map(|i| {
+                let name = format!("broker-{}", char::from(b'a' + i as u8));
+                let master_port = port(100 * i);
+                let folder = data.join(&name);
+                let master = Member {
+                    name: name.clone(),
+                    broker_id: 0,
+                    listen_port: master_port,
+                    data: folder.join("master"),
+                };
+                let slaves = (1..=self.slaves)
+                    .map(|j| Member {
+                        name: name.clone(),
+                        broker_id: i64::from(j),
+                        listen_port: match master_port {
+                            0 => 0,
+                            p => p.saturating_add(10 * j),
+                        },
+                        data: folder.join(format!("slave-{j}")),
+                    })
+                    .collect();
+                (master, slaves)
+            })
+            .collect()
+    }
+}
+
 async fn up(
     config_path: Option<&Path>,
     data: &Path,
     namesrv_port: u16,
-    broker_port: u16,
+    layout: Layout,
     mut stop_signal: StopSignal,
 ) -> anyhow::Result<()> {
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -205,43 +267,104 @@ async fn up(
         stopped,
     ));
 
-    let mut config = BrokerConfig {
-        store_root: data.to_path_buf(),
-        listen_port: broker_port,
-        ..BrokerConfig::default()
+    let base = |store_root: &Path, listen_port: u16| -> anyhow::Result<BrokerConfig> {
+        let mut config = BrokerConfig {
+            store_root: store_root.to_path_buf(),
+            listen_port,
+            ..BrokerConfig::default()
+        };
+        if let Some(path) = config_path {
+            apply_config_file(&mut config, path)?;
+        }
+        // The embedded name server is always one of the broker's; a file may name more.
+        config
+            .namesrv_addrs
+            .retain(|addr| addr != &namesrv_addr.to_string());
+        config.namesrv_addrs.insert(0, namesrv_addr.to_string());
+        Ok(config)
     };
-    if let Some(path) = config_path {
-        apply_config_file(&mut config, path)?;
+    // In a cluster each broker keeps its own store, whatever the file says.
+    let own_store = |config: &mut BrokerConfig, member: &Member| {
+        config.store_root = member.data.clone();
+        config.store_commitlog = None;
+        config.store_consume_queue = None;
+        config.store_index = None;
+        config.store_checkpoint = None;
+        config.store_abort = None;
+    };
+    let mut running = Vec::new();
+    if layout.single() {
+        let mut config = base(data, layout.broker_port)?;
+        if !file_sets(config_path, "listenPort") {
+            config.listen_port = layout.broker_port;
+        }
+        running.push(quiver_broker::start(config).await?);
+    } else {
+        for (master, slaves) in layout.members(data) {
+            let mut config = base(&master.data, master.listen_port)?;
+            own_store(&mut config, &master);
+            config.broker_name = master.name.clone();
+            config.broker_id = 0;
+            config.listen_port = master.listen_port;
+            if config.role == BrokerRole::Slave {
+                config.role = BrokerRole::AsyncMaster;
+            }
+            if master.listen_port == 0 {
+                config.ha_listen_port = Some(0);
+            }
+            let started = quiver_broker::start(config).await?;
+            let ha = started.broker.ha_host;
+            println!(
+                "{} master: broker {} ha {} data {}",
+                master.name,
+                started.local_addr,
+                ha,
+                master.data.display()
+            );
+            running.push(started);
+            for slave in slaves {
+                let mut config = base(&slave.data, slave.listen_port)?;
+                own_store(&mut config, &slave);
+                config.broker_name = slave.name.clone();
+                config.broker_id = slave.broker_id;
+                config.listen_port = slave.listen_port;
+                config.role = BrokerRole::Slave;
+                config.ha_master_addr = Some(ha.to_string());
+                let started = quiver_broker::start(config).await?;
+                println!(
+                    "{} slave {}: broker {} data {}",
+                    slave.name,
+                    slave.broker_id,
+                    started.local_addr,
+                    slave.data.display()
+                );
+                running.push(started);
+            }
+        }
     }
-    if !file_sets(config_path, "listenPort") {
-        config.listen_port = broker_port;
-    }
-    // The embedded name server is always one of the broker's; a file may name more.
-    config
-        .namesrv_addrs
-        .retain(|addr| addr != &namesrv_addr.to_string());
-    config.namesrv_addrs.insert(0, namesrv_addr.to_string());
-    let running = quiver_broker::start(config).await?;
     if !stop_signal.received().await {
         // Ready means routable: clients look up routes right after the ready line.
         let registered = tokio::select! {
-            registered = running.wait_registered(std::time::Duration::from_secs(10)) => Some(registered),
+            registered = running[0].wait_registered(std::time::Duration::from_secs(10)) => Some(registered),
             _ = stop_signal.wait() => None,
         };
         if let Some(registered) = registered {
             if !registered {
                 tracing::warn!("the broker has not registered with the embedded name server yet");
             }
-            tracing::info!(namesrv = %namesrv_addr, broker = %running.local_addr, data = %data.display(), "quiver is up");
+            tracing::info!(namesrv = %namesrv_addr, broker = %running[0].local_addr, data = %data.display(), "quiver is up");
             println!(
                 "ready namesrv={} broker={}",
-                namesrv_addr, running.local_addr
+                namesrv_addr, running[0].local_addr
             );
             stop_signal.wait().await;
         }
     }
     tracing::info!("stopping");
-    running.shutdown().await;
+    // Slaves first, so that none reports a master gone while the masters stop.
+    for broker in running.iter().rev() {
+        broker.shutdown().await;
+    }
     let _ = stop.send(true);
     let _ = namesrv_task.await;
     Ok(())

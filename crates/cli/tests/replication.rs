@@ -165,18 +165,23 @@ fn namesrv(dir: &Path) -> QuiverProcess {
 
 /// `quiver broker` as broker-a's master, data in `dir/master`.
 fn master_broker(dir: &Path, namesrv: SocketAddr, role: &str) -> QuiverProcess {
-    let conf = dir.join("master.conf");
+    named_master(dir, namesrv, role, "broker-a")
+}
+
+/// `quiver broker` as the master of `name`, data in `dir/<name>`.
+fn named_master(dir: &Path, namesrv: SocketAddr, role: &str, name: &str) -> QuiverProcess {
+    let conf = dir.join(format!("{name}.conf"));
     let text = format!(
-        "brokerName=broker-a\nbrokerId=0\nbrokerRole={role}\nlistenPort=0\nhaListenPort=0\n\
+        "brokerName={name}\nbrokerId=0\nbrokerRole={role}\nlistenPort=0\nhaListenPort=0\n\
          storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nslaveTimeout=2000\n",
-        dir.join("master").display()
+        dir.join(name).display()
     );
-    std::fs::write(&conf, text).expect("write master.conf");
+    std::fs::write(&conf, text).expect("write the master's conf");
     let namesrv = namesrv.to_string();
     QuiverProcess::start(
         &binary(),
         &["broker", "-c", conf.to_str().unwrap(), "-n", &namesrv],
-        &dir.join("master-log"),
+        &dir.join(format!("{name}-log")),
     )
     .expect("the master starts")
 }
@@ -234,4 +239,105 @@ fn every_message_a_sync_master_acknowledged_is_on_the_slave_after_the_master_is_
             .with("queueId", 0),
     );
     assert_eq!(reader.call(query).unwrap().ext_get("offset"), Some("5"));
+}
+
+#[test]
+fn producers_keep_sending_through_the_other_master_while_one_is_down() {
+    use quiver_client::{Client, ClientConfig, Message, Producer, ProducerConfig, SendStatus};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let namesrv = namesrv(dir.path());
+    let mut a = named_master(dir.path(), namesrv.namesrv(), "ASYNC_MASTER", "broker-a");
+    let b = named_master(dir.path(), namesrv.namesrv(), "ASYNC_MASTER", "broker-b");
+    for broker in [a.broker(), b.broker()] {
+        let mut admin = WireClient::connect(broker, Encoding::Json).expect("connect");
+        admin.create_topic("Spread", 4).expect("create topic");
+    }
+    common::wait_for_route(namesrv.namesrv(), "Spread");
+    let b_addr = b.broker().to_string();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client =
+            Client::new(ClientConfig::new(&namesrv.namesrv().to_string())).expect("client");
+        let producer = Producer::new(client, ProducerConfig::default());
+        let mut brokers = std::collections::BTreeSet::new();
+        for i in 0..40 {
+            let sent = producer
+                .send(&Message::new("Spread", format!("before {i}")))
+                .await
+                .expect("sent while both masters run");
+            brokers.insert(sent.queue.broker_name.clone());
+        }
+        assert_eq!(
+            brokers.len(),
+            2,
+            "sends spread over both masters: {brokers:?}"
+        );
+        a.kill9().expect("kill broker-a's master");
+        for i in 0..100 {
+            let sent = producer
+                .send(&Message::new("Spread", format!("after {i}")))
+                .await
+                .expect("a send goes through the master still up");
+            assert_eq!(sent.status, SendStatus::Ok);
+            assert_eq!(sent.queue.broker_name, "broker-b");
+        }
+        producer.shutdown().await;
+    });
+    let mut reader = WireClient::connect(b_addr.parse().unwrap(), Encoding::Json).expect("connect");
+    let stored: i64 = (0..4)
+        .map(|queue_id| max_offset(&mut reader, "Spread", queue_id).unwrap())
+        .sum();
+    assert!(stored >= 100, "broker-b stored {stored}");
+}
+
+#[test]
+fn quiver_up_runs_masters_with_slaves_that_follow_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("cluster");
+    let cluster = QuiverProcess::start(
+        &binary(),
+        &[
+            "up",
+            "--masters",
+            "2",
+            "--slaves",
+            "1",
+            "--data",
+            data.to_str().unwrap(),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+        ],
+        dir.path(),
+    )
+    .expect("the cluster starts");
+    let route = wait_until(CATCH_UP, || {
+        let route = common::wait_for_route(cluster.namesrv(), "TBW102");
+        let complete = route.broker_datas.len() == 2
+            && route.broker_datas.iter().all(|b| b.broker_addrs.len() == 2);
+        complete.then_some(route)
+    })
+    .expect("two masters with a slave each register");
+    for broker in &route.broker_datas {
+        let master: SocketAddr = broker.broker_addrs[&0].parse().unwrap();
+        let slave: SocketAddr = broker.broker_addrs[&1].parse().unwrap();
+        let mut producer = WireClient::connect(master, Encoding::Json).expect("connect master");
+        producer.create_topic("Pairs", 1).expect("create topic");
+        for i in 0..20 {
+            let sent = send(
+                &mut producer,
+                "Pairs",
+                0,
+                format!("{} {i}", broker.broker_name).as_bytes(),
+            );
+            assert_eq!(sent.code, response_code::SUCCESS);
+        }
+        let mut reader = WireClient::connect(slave, Encoding::Json).expect("connect slave");
+        wait_until(CATCH_UP, || {
+            (max_offset(&mut reader, "Pairs", 0) == Some(20)).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{}'s slave did not follow", broker.broker_name));
+        assert!(data.join(&broker.broker_name).join("slave-1").is_dir());
+    }
 }
