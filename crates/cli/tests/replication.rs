@@ -28,10 +28,15 @@ fn master(dir: &Path, role: &str) -> QuiverProcess {
 
 /// `quiver broker` as broker-a's slave, registered with `namesrv`, data in `dir/slave`.
 fn slave(dir: &Path, namesrv: SocketAddr) -> QuiverProcess {
+    slave_with(dir, namesrv, "")
+}
+
+/// The same with more `broker.conf` lines.
+fn slave_with(dir: &Path, namesrv: SocketAddr, extra: &str) -> QuiverProcess {
     let conf = dir.join("slave.conf");
     let text = format!(
         "brokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\nlistenPort=0\n\
-         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nregisterNameServerPeriod=1000\n",
+         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nregisterNameServerPeriod=1000\n{extra}",
         dir.join("slave").display()
     );
     std::fs::write(&conf, text).expect("write slave.conf");
@@ -340,4 +345,124 @@ fn quiver_up_runs_masters_with_slaves_that_follow_them() {
         .unwrap_or_else(|| panic!("{}'s slave did not follow", broker.broker_name));
         assert!(data.join(&broker.broker_name).join("slave-1").is_dir());
     }
+}
+
+/// A TCP relay on loopback whose link can be cut and restored, to part a slave from its master
+/// without stopping either.
+struct Link {
+    addr: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Link {
+    fn to(target: SocketAddr) -> Link {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind relay");
+        let addr = listener.local_addr().unwrap();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (cut_flag, open_list) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                let Ok(inbound) = inbound else { return };
+                if cut_flag.load(Ordering::Acquire) {
+                    continue; // dropped: the slave sees its connection closed
+                }
+                let Ok(outbound) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                let mut sockets = open_list.lock().unwrap();
+                for (mut from, mut to) in [
+                    (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                    (outbound.try_clone().unwrap(), inbound.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                sockets.extend([inbound, outbound]);
+            }
+        });
+        Link { addr, cut, open }
+    }
+
+    /// Closes every relayed connection and refuses new ones until `restore`.
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+        for socket in self.open.lock().unwrap().drain(..) {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[test]
+fn with_the_link_to_its_slave_cut_a_sync_master_acknowledges_nothing_and_the_slave_catches_up_after(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let namesrv = namesrv(dir.path());
+    let master = master_broker(dir.path(), namesrv.namesrv(), "SYNC_MASTER");
+    let mut producer = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    producer.create_topic("Parted", 1).expect("create topic");
+    // The master's HA address, as the name server hands it to slaves: through the relay.
+    let ha: SocketAddr = {
+        let log = std::fs::read_to_string(&master.log_path).unwrap_or_default();
+        let at = log.find("ha=").expect("the master logs its HA address") + 3;
+        log[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .expect("HA address")
+    };
+    let link = Link::to(ha);
+    let slave = slave_with(
+        dir.path(),
+        namesrv.namesrv(),
+        &format!("haMasterAddress={}\n", link.addr),
+    );
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    let mut probes = 0;
+    wait_until(CATCH_UP, || {
+        probes += 1;
+        let sent = send(
+            &mut producer,
+            "Parted",
+            0,
+            format!("probe {probes}").as_bytes(),
+        );
+        (sent.code == response_code::SUCCESS).then_some(())
+    })
+    .expect("the slave follows through the relay");
+
+    link.cut();
+    for i in 0..5 {
+        let sent = send(&mut producer, "Parted", 0, format!("parted {i}").as_bytes());
+        assert_ne!(
+            sent.code,
+            response_code::SUCCESS,
+            "SEND_OK for what the slave cannot have"
+        );
+        assert!(
+            sent.code == response_code::FLUSH_SLAVE_TIMEOUT
+                || sent.code == response_code::SLAVE_NOT_AVAILABLE,
+            "{}",
+            sent.code
+        );
+    }
+    let on_master = max_offset(&mut producer, "Parted", 0);
+    assert!(max_offset(&mut reader, "Parted", 0) < on_master);
+
+    link.restore();
+    wait_until(CATCH_UP, || {
+        (max_offset(&mut reader, "Parted", 0) == on_master).then_some(())
+    })
+    .expect("the slave catches up once the link is back");
+    let sent = send(&mut producer, "Parted", 0, b"together again");
+    assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
 }
