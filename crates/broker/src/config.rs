@@ -42,6 +42,11 @@ pub struct BrokerConfig {
     /// RocketMQ 5's `totalReplicas`, `inSyncReplicas`, `minInSyncReplicas`: accepted and
     /// checked, but SYNC_MASTER waits for one slave whatever they say (see the README).
     pub total_replicas: u32,
+    /// `slaveReadEnable`: pulls far behind the log's end are sent to a slave.
+    pub slave_read_enable: bool,
+    /// `accessMessageInMemoryMaxRatio`: how far behind (in percent of the machine's memory)
+    /// a pull may be before `slaveReadEnable` sends it to a slave.
+    pub in_memory_percent_max: u32,
     pub in_sync_replicas: u32,
     pub min_in_sync_replicas: u32,
     pub flush: FlushMode,
@@ -86,6 +91,8 @@ impl Default for BrokerConfig {
             ha_master_addr: None,
             slave_timeout_ms: 3_000,
             total_replicas: 1,
+            slave_read_enable: false,
+            in_memory_percent_max: 40,
             in_sync_replicas: 1,
             min_in_sync_replicas: 1,
             flush: FlushMode::Async {
@@ -182,6 +189,19 @@ impl BrokerConfig {
         self.file_reserved_hours.saturating_mul(HOUR_MS)
     }
 
+    /// `accessMessageInMemoryMaxRatio` of the machine's memory, in bytes.
+    pub fn in_memory_bytes_max(&self) -> u64 {
+        // SAFETY: sysconf only reads system configuration; a failure returns -1, handled.
+        let (pages, page_bytes) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        let memory_bytes = (pages.max(0) as u64).saturating_mul(page_bytes.max(0) as u64);
+        memory_bytes / 100 * u64::from(self.in_memory_percent_max)
+    }
+
     /// Where a master listens for slaves: `haListenPort`, else the port after `listen_port`
     /// (the one bound), as RocketMQ does.
     pub fn ha_bind_addr(&self, listen_port: u16) -> SocketAddr {
@@ -254,6 +274,11 @@ impl BrokerConfig {
             ),
             ("slaveTimeout", self.slave_timeout_ms.to_string()),
             ("totalReplicas", self.total_replicas.to_string()),
+            ("slaveReadEnable", self.slave_read_enable.to_string()),
+            (
+                "accessMessageInMemoryMaxRatio",
+                self.in_memory_percent_max.to_string(),
+            ),
             ("inSyncReplicas", self.in_sync_replicas.to_string()),
             ("minInSyncReplicas", self.min_in_sync_replicas.to_string()),
             ("brokerPermission", self.broker_permission.to_string()),
@@ -378,6 +403,10 @@ impl BrokerConfig {
                 }
                 "slaveTimeout" => self.slave_timeout_ms = field.number(1, 3_600_000)?,
                 "totalReplicas" => self.total_replicas = field.number(1, 16)?,
+                "slaveReadEnable" => self.slave_read_enable = field.boolean()?,
+                "accessMessageInMemoryMaxRatio" => {
+                    self.in_memory_percent_max = field.number(0, 100)?
+                }
                 "inSyncReplicas" => self.in_sync_replicas = field.number(1, 16)?,
                 "minInSyncReplicas" => self.min_in_sync_replicas = field.number(1, 16)?,
                 "flushIntervalCommitLog" => flush_interval_ms = field.number(1, 3_600_000)?,

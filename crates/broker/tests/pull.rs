@@ -77,3 +77,50 @@ async fn a_pull_without_suspend_is_answered_at_once() {
     };
     assert_eq!(response.code, response_code::PULL_NOT_FOUND);
 }
+
+#[tokio::test]
+async fn with_slave_read_enable_a_pull_far_behind_is_sent_to_the_slave() {
+    // With no memory to spare, any pull not at the log's end counts as far behind.
+    let h = Harness::with_config("slaveReadEnable=true\naccessMessageInMemoryMaxRatio=0\n");
+    h.create_topic("Prices", 1).await;
+    for body in [&b"a"[..], b"b", b"c"] {
+        h.send("Prices", body, &options()).await;
+    }
+    let behind = h.call(pull_request("Prices", "g", 0, 0, 0)).await;
+    assert_eq!(
+        harness::field(&behind, "suggestWhichBrokerId"),
+        "0",
+        "read to the end"
+    );
+    let one = h.call(pull_one("Prices", 0)).await;
+    assert_eq!(
+        harness::field(&one, "suggestWhichBrokerId"),
+        "1",
+        "two messages behind"
+    );
+
+    let default = Harness::new();
+    default.create_topic("Prices", 1).await;
+    default.send("Prices", b"a", &options()).await;
+    default.send("Prices", b"b", &options()).await;
+    let answer = default.call(pull_one("Prices", 0)).await;
+    assert_eq!(
+        harness::field(&answer, "suggestWhichBrokerId"),
+        "0",
+        "never without it"
+    );
+}
+
+/// A pull of one message from `offset` of queue 0.
+fn pull_one(topic: &str, offset: i64) -> quiver_wire::Command {
+    let header = quiver_wire::header::PullMessageRequestHeader {
+        queue_offset: offset,
+        max_msg_nums: 1,
+        ..quiver_testkit::pull_header(topic, "g", 0)
+    };
+    quiver_wire::Command::request(
+        quiver_wire::code::request_code::PULL_MESSAGE,
+        quiver_wire::Encoding::Json,
+    )
+    .with_ext(header.to_ext())
+}

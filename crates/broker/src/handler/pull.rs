@@ -174,7 +174,7 @@ fn pull_once(
         .messages_got
         .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
     let response_header = PullMessageResponseHeader {
-        suggest_which_broker_id: 0,
+        suggest_which_broker_id: suggested_broker_id(broker, &read),
         next_begin_offset: read.next_offset as i64,
         min_offset: read.min_offset as i64,
         max_offset: read.max_offset as i64,
@@ -184,6 +184,42 @@ fn pull_once(
         response = response.with_body(read.bytes);
     }
     Ok(Outcome::Answer(response))
+}
+
+/// Which broker of the pair the consumer should pull from next, as RocketMQ suggests it: with
+/// `slaveReadEnable`, a slave (id 1) when the consumer is further behind the log's end than
+/// `accessMessageInMemoryMaxRatio` percent of the machine's memory (its reads would come from
+/// disk and compete with the writes), else the master (id 0); without it, always the master.
+fn suggested_broker_id(broker: &Broker, read: &QueueRead) -> i64 {
+    const MASTER_ID: i64 = 0;
+    const SLAVE_ID: i64 = 1;
+    if !broker.config.slave_read_enable || read.message_count == 0 {
+        return MASTER_ID;
+    }
+    let Some(last) = last_record_end(&read.bytes) else {
+        return MASTER_ID;
+    };
+    let behind_bytes = broker.store.stats().written_position.saturating_sub(last);
+    if behind_bytes > broker.config.in_memory_bytes_max() {
+        SLAVE_ID
+    } else {
+        MASTER_ID
+    }
+}
+
+/// Where the last record of a pull body ends in the CommitLog: its PHYSICALOFFSET plus size.
+fn last_record_end(mut bytes: &[u8]) -> Option<u64> {
+    let mut end = None;
+    while bytes.len() >= quiver_record::PHYSICAL_OFFSET_AT + 8 {
+        let size = quiver_record::read_i32(bytes, quiver_record::TOTAL_SIZE_AT)?;
+        let position = quiver_record::read_i64(bytes, quiver_record::PHYSICAL_OFFSET_AT)?;
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| *s > 0 && *s <= bytes.len())?;
+        end = Some(position as u64 + size as u64);
+        bytes = &bytes[size..];
+    }
+    end
 }
 
 /// The subscription to filter by: from the request when it carries one (lite pull), else from
