@@ -142,6 +142,12 @@ pub fn runtime_info(call: &Call, request: &Command) -> Handled {
     put("commitLogMinOffset", stats.min_position.to_string());
     put("commitLogMaxOffset", stats.written_position.to_string());
     put("flushedPosition", stats.flushed_position.to_string());
+    // A master's slaves: how many follow it, and the highest position one has confirmed.
+    put("haConnectionCount", broker.replication.slaves().to_string());
+    put(
+        "haSlaveAckOffset",
+        broker.replication.confirmed_position().to_string(),
+    );
     put("sendThreadPoolQueueSize", "0".into());
     put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());
     put("pullThreadPoolQueueSize", "0".into());
