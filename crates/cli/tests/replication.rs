@@ -466,3 +466,52 @@ fn with_the_link_to_its_slave_cut_a_sync_master_acknowledges_nothing_and_the_sla
     let sent = send(&mut producer, "Parted", 0, b"together again");
     assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
 }
+
+#[test]
+fn a_slave_refuses_a_master_whose_log_does_not_contain_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let namesrv = namesrv(dir.path());
+    let mut first = master_broker(dir.path(), namesrv.namesrv(), "ASYNC_MASTER");
+    let mut producer = WireClient::connect(first.broker(), Encoding::Json).expect("connect");
+    producer.create_topic("Mine", 1).expect("create topic");
+    let mut slave = slave(dir.path(), namesrv.namesrv());
+    for i in 0..10 {
+        let sent = send(&mut producer, "Mine", 0, format!("first {i:03}").as_bytes());
+        assert_eq!(sent.code, response_code::SUCCESS);
+    }
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    wait_until(CATCH_UP, || {
+        (max_offset(&mut reader, "Mine", 0) == Some(10)).then_some(())
+    })
+    .expect("the slave follows the first master");
+    slave.terminate().expect("stop the slave");
+    first.kill9().expect("the first master is gone");
+
+    // Another broker-a master, with a longer log of its own.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let second = master_broker(&other, namesrv.namesrv(), "ASYNC_MASTER");
+    let mut producer = WireClient::connect(second.broker(), Encoding::Json).expect("connect");
+    producer.create_topic("Mine", 1).expect("create topic");
+    for i in 0..30 {
+        let sent = send(&mut producer, "Mine", 0, format!("other {i:03}").as_bytes());
+        assert_eq!(sent.code, response_code::SUCCESS);
+    }
+    let slave = self::slave(dir.path(), namesrv.namesrv());
+    wait_until(CATCH_UP, || {
+        slave
+            .log()
+            .contains("does not contain this slave's")
+            .then_some(())
+    })
+    .expect("the slave says why it refuses the master");
+    let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
+    let kept = reader.pull("Mine", "g", 0, 0, 32, 0).expect("pull");
+    let bodies: Vec<String> = quiver_wire::message::StoredMessage::decode_all(&kept.body)
+        .expect("records")
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    assert_eq!(bodies.len(), 10, "{bodies:?}");
+    assert!(bodies.iter().all(|b| b.starts_with("first")), "{bodies:?}");
+}

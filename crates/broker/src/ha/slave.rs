@@ -30,6 +30,11 @@ enum SessionError {
     Stream(#[from] StreamError),
     #[error("the store refused what the master sent: {0}")]
     Store(String),
+    #[error(
+        "the master's log does not contain this slave's: its record at position {position} \
+         {difference}; the slave keeps its own log and follows no further"
+    )]
+    Foreign { position: u64, difference: String },
 }
 
 /// Follows the master until `stop`.
@@ -68,6 +73,9 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             Err(SessionError::Stream(error @ StreamError::Diverged { .. })) => {
                 tracing::error!(master = %addr, %error, "refusing this master; the slave keeps its own log");
             }
+            Err(error @ SessionError::Foreign { .. }) => {
+                tracing::error!(master = %addr, %error, "refusing this master");
+            }
             Err(error) if !failing => {
                 tracing::warn!(master = %addr, %error, "lost the master; trying again every second");
                 failing = true;
@@ -81,6 +89,81 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// How long the check of the master's log may take.
+const CHECK_TIMEOUT_MS: u64 = 3_000;
+
+/// Before following a master, checks that its log holds this slave's last record, byte for
+/// byte, at the same position: a slave pointed at another broker's master (or at a master
+/// whose log was replaced) would otherwise append that master's bytes after its own, and its
+/// log would be neither. The master is asked through its broker port (VIEW_MESSAGE_BY_ID), as
+/// any RocketMQ broker answers; without a known broker address the check is skipped.
+async fn check_master_holds_our_log(broker: &Broker) -> Result<(), SessionError> {
+    let Some((position, ours)) = last_record(&broker.store) else {
+        return Ok(());
+    };
+    let Some(master) = broker.replication.master().broker else {
+        tracing::debug!("master's broker address unknown: its log is not checked");
+        return Ok(());
+    };
+    let header = quiver_wire::header::ViewMessageRequestHeader {
+        topic: None,
+        offset: position as i64,
+    };
+    let request = quiver_wire::Command::request(
+        quiver_wire::code::request_code::VIEW_MESSAGE_BY_ID,
+        quiver_wire::Encoding::Json,
+    )
+    .with_ext(header.to_ext());
+    let mut link = crate::outbound::Link::new(master.clone());
+    let timeout = Duration::from_millis(CHECK_TIMEOUT_MS);
+    let answer = link
+        .call(request, timeout)
+        .await
+        .map_err(|error| SessionError::Io(std::io::Error::other(error.to_string())))?;
+    let difference = if answer.code != quiver_wire::code::response_code::SUCCESS {
+        format!("is not there ({}: {:?})", answer.code, answer.remark)
+    } else if answer.body[..] != ours[..] {
+        "differs".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(SessionError::Foreign {
+        position,
+        difference,
+    })
+}
+
+/// The last record of this slave's log: the newest entry over its queues.
+fn last_record(store: &quiver_store::Store) -> Option<(u64, Vec<u8>)> {
+    let mut last: Option<(u64, Vec<u8>)> = None;
+    for (topic, queue_id) in store.queues() {
+        let bounds = store.bounds(&topic, queue_id);
+        if bounds.max_offset <= bounds.min_offset {
+            continue;
+        }
+        let Ok(read) = store.read(
+            &topic,
+            queue_id,
+            bounds.max_offset - 1,
+            1,
+            u32::MAX,
+            &|_| true,
+        ) else {
+            continue;
+        };
+        let Some(position) =
+            quiver_record::read_i64(&read.bytes, quiver_record::PHYSICAL_OFFSET_AT)
+        else {
+            continue;
+        };
+        let position = position as u64;
+        if last.as_ref().is_none_or(|(at, _)| position > *at) {
+            last = Some((position, read.bytes));
+        }
+    }
+    last
+}
+
 /// One connection to the master; Ok when stopped.
 async fn session(
     stream: TcpStream,
@@ -91,6 +174,7 @@ async fn session(
     let (mut reader, mut writer) = stream.into_split();
     let store = &broker.store;
     let log_end = store.stats().written_position;
+    check_master_holds_our_log(broker).await?;
     let mut stream = SlaveStream::new((log_end > 0).then_some(log_end), store.segment_bytes());
     writer.write_all(&encode_report(log_end)).await?;
     let mut reported = log_end;
