@@ -20,3 +20,6 @@ cargo test --workspace --locked
 # Apache RocketMQ's own Java client, mqadmin and benchmark tools against `quiver up`
 # (installs Java 17 and Maven when missing; jars are cached in .cache/m2).
 ./compat/run.sh
+# Master/slave replication both ways with Apache RocketMQ 5.5.0 (as root, in a private network
+# namespace; skipped otherwise).
+./compat/replication.sh
