@@ -75,6 +75,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         message: e.to_string(),
     })?;
     let store_host = SocketAddr::new(config.broker_ip, local_addr.port());
+    let fast_listener = bind_fast_port(&config, local_addr).await;
     // Masters serve slaves on the HA port; a slave binds none (it may be made a master later).
     let ha_listener = if config.role == BrokerRole::Slave {
         None
@@ -102,11 +103,19 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
     ));
     let (stop, stopped) = watch::channel(false);
     let (registered_sender, registered) = watch::channel(false);
-    let server = tokio::spawn(crate::server::serve(
-        listener,
-        broker.clone(),
-        stopped.clone(),
-    ));
+    let server = {
+        let (broker, stopped) = (broker.clone(), stopped.clone());
+        tokio::spawn(async move {
+            let main = crate::server::serve(listener, broker.clone(), stopped.clone());
+            match fast_listener {
+                Some(fast) => {
+                    let fast = crate::server::serve(fast, broker, stopped);
+                    tokio::join!(main, fast);
+                }
+                None => main.await,
+            }
+        })
+    };
     let mut tasks = vec![
         tokio::spawn(housekeeping(broker.clone(), stopped.clone())),
         tokio::spawn(registration::run(
@@ -200,6 +209,26 @@ impl RunningBroker {
             Ok(Ok(())) => tracing::info!("store closed cleanly"),
             Ok(Err(error)) => tracing::error!(%error, "store did not close cleanly"),
             Err(error) => tracing::error!(%error, "store close task failed"),
+        }
+    }
+}
+
+/// RocketMQ brokers also serve requests on `listenPort - 2`, the "VIP channel": clients use it
+/// only when told to, but brokers call each other there (a RocketMQ slave fetches its
+/// master's topics from it). Bound when that port exists; a port already taken is reported and
+/// skipped, since nothing but such a slave needs it.
+async fn bind_fast_port(config: &BrokerConfig, main: SocketAddr) -> Option<TcpListener> {
+    // A broker on a free port (listenPort=0) has no fixed neighbour to claim.
+    if config.listen_port == 0 {
+        return None;
+    }
+    let port = main.port().checked_sub(2).filter(|port| *port > 0)?;
+    let addr = SocketAddr::new(config.bind_addr().ip(), port);
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(%addr, %error, "cannot listen on the VIP port (listenPort - 2); RocketMQ slaves cannot copy this broker's topics");
+            None
         }
     }
 }
