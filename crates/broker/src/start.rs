@@ -265,6 +265,10 @@ async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<boo
         let Some(master) = broker.replication.master().broker else {
             continue;
         };
+        // A master whose log this slave refused is not its master: copy nothing from it.
+        if broker.replication.master_refused() {
+            continue;
+        }
         let timeout = Duration::from_millis(METADATA_COPY_TIMEOUT_MS);
         match crate::replica_meta::copy_from_master(&broker, &master, timeout).await {
             Ok(_) => failing = false,

@@ -481,9 +481,11 @@ fn a_slave_refuses_a_master_whose_log_does_not_contain_its_own() {
     }
     let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
     wait_until(CATCH_UP, || {
-        (max_offset(&mut reader, "Mine", 0) == Some(10)).then_some(())
+        let pulled = reader.pull("Mine", "g", 0, 0, 32, 0).ok()?;
+        (pulled.code == response_code::SUCCESS && max_offset(&mut reader, "Mine", 0) == Some(10))
+            .then_some(())
     })
-    .expect("the slave follows the first master");
+    .expect("the slave follows the first master and knows its topic");
     slave.terminate().expect("stop the slave");
     first.kill9().expect("the first master is gone");
 
@@ -507,6 +509,7 @@ fn a_slave_refuses_a_master_whose_log_does_not_contain_its_own() {
     .expect("the slave says why it refuses the master");
     let mut reader = WireClient::connect(slave.broker(), Encoding::Json).expect("connect slave");
     let kept = reader.pull("Mine", "g", 0, 0, 32, 0).expect("pull");
+    assert_eq!(kept.code, response_code::SUCCESS, "{:?}", kept.remark);
     let bodies: Vec<String> = quiver_wire::message::StoredMessage::decode_all(&kept.body)
         .expect("records")
         .iter()

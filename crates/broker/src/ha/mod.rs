@@ -65,6 +65,9 @@ pub struct Replication {
     /// A slave's master, and a signal when it changes.
     master: Mutex<MasterAddresses>,
     master_changed: Notify,
+    /// Set while a slave refuses its master (its log does not continue this one): the slave
+    /// then copies nothing from it either, topics and offsets included.
+    master_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Replication {
@@ -81,7 +84,18 @@ impl Replication {
                 ha: config.ha_master_addr.clone(),
             }),
             master_changed: Notify::new(),
+            master_refused: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether this slave refuses its current master (see `refuse_master`).
+    pub fn master_refused(&self) -> bool {
+        self.master_refused.load(Ordering::Acquire)
+    }
+
+    /// Marks the master refused or followed.
+    pub fn refuse_master(&self, refused: bool) {
+        self.master_refused.store(refused, Ordering::Release);
     }
 
     pub fn is_slave(&self) -> bool {

@@ -71,9 +71,11 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         match result {
             Ok(()) => return,
             Err(SessionError::Stream(error @ StreamError::Diverged { .. })) => {
+                broker.replication.refuse_master(true);
                 tracing::error!(master = %addr, %error, "refusing this master; the slave keeps its own log");
             }
             Err(error @ SessionError::Foreign { .. }) => {
+                broker.replication.refuse_master(true);
                 tracing::error!(master = %addr, %error, "refusing this master");
             }
             Err(error) if !failing => {
@@ -175,6 +177,7 @@ async fn session(
     let store = &broker.store;
     let log_end = store.stats().written_position;
     check_master_holds_our_log(broker).await?;
+    broker.replication.refuse_master(false);
     let mut stream = SlaveStream::new((log_end > 0).then_some(log_end), store.segment_bytes());
     writer.write_all(&encode_report(log_end)).await?;
     let mut reported = log_end;
