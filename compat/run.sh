@@ -150,6 +150,11 @@ EOF
 
 run_tests() {
     local failed=0 common=("-Dcompat.namesrv=$NAMESRV" "-Dcompat.toolsClasspath=$COMPAT/target/tools.classpath")
+    # FailoverTest starts its own name server, master and slave from this binary and kills the
+    # master; without the property (a --reference run) it is skipped.
+    if [ "$TARGET" = quiver ]; then
+        common+=("-Dcompat.quiverBinary=$ROOT/target/$PROFILE/quiver")
+    fi
     # COMPAT_TEST=Class[#method] runs only the matching tests (Surefire's -Dtest).
     if [ -n "${COMPAT_TEST:-}" ]; then
         common+=("-Dtest=$COMPAT_TEST" -Dsurefire.failIfNoSpecifiedTests=false)
