@@ -203,11 +203,15 @@ impl BrokerConfig {
     }
 
     /// Where a master listens for slaves: `haListenPort`, else the port after `listen_port`
-    /// (the one bound), as RocketMQ does.
+    /// (the one bound), as RocketMQ does; a free port when `listenPort` is 0.
     pub fn ha_bind_addr(&self, listen_port: u16) -> SocketAddr {
-        let port = self
-            .ha_listen_port
-            .unwrap_or_else(|| listen_port.wrapping_add(1));
+        // A broker on a free port (listenPort=0) takes a free HA port too: the port after
+        // the one it got may well be taken.
+        let port = match (self.ha_listen_port, self.listen_port) {
+            (Some(port), _) => port,
+            (None, 0) => 0,
+            (None, _) => listen_port.wrapping_add(1),
+        };
         SocketAddr::new(self.bind_addr().ip(), port)
     }
 
