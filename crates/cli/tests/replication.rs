@@ -518,3 +518,73 @@ fn a_slave_refuses_a_master_whose_log_does_not_contain_its_own() {
     assert_eq!(bodies.len(), 10, "{bodies:?}");
     assert!(bodies.iter().all(|b| b.starts_with("first")), "{bodies:?}");
 }
+
+#[test]
+fn with_two_name_servers_a_cluster_carries_on_when_one_is_killed() {
+    use quiver_client::{Client, ClientConfig, Message, Producer, ProducerConfig};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = namesrv(&dir.path().join("ns1"));
+    let second = namesrv(&dir.path().join("ns2"));
+    let both = format!("{};{}", first.namesrv(), second.namesrv());
+    // Brokers register with every name server they are given.
+    let conf = dir.path().join("master.conf");
+    let text = format!(
+        "brokerName=broker-a\nbrokerId=0\nbrokerRole=SYNC_MASTER\nlistenPort=0\n\
+         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nslaveTimeout=2000\n",
+        dir.path().join("master").display()
+    );
+    std::fs::write(&conf, text).unwrap();
+    let master = QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", conf.to_str().unwrap(), "-n", &both],
+        &dir.path().join("master-log"),
+    )
+    .expect("the master starts");
+    let slave_conf = dir.path().join("slave.conf");
+    let text = format!(
+        "brokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\nlistenPort=0\n\
+         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nregisterNameServerPeriod=1000\n",
+        dir.path().join("slave").display()
+    );
+    std::fs::write(&slave_conf, text).unwrap();
+    let _slave = QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", slave_conf.to_str().unwrap(), "-n", &both],
+        &dir.path().join("slave-log"),
+    )
+    .expect("the slave starts");
+    let mut admin = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    admin.create_topic("TwoNames", 4).expect("create topic");
+    for namesrv in [first.namesrv(), second.namesrv()] {
+        wait_until(CATCH_UP, || {
+            let route = common::wait_for_route(namesrv, "TwoNames");
+            (route.broker_datas.first()?.broker_addrs.len() == 2).then_some(())
+        })
+        .expect("each name server routes to the master and its slave");
+    }
+    let mut probes = 0;
+    wait_until(CATCH_UP, || {
+        probes += 1;
+        let sent = send(
+            &mut admin,
+            "TwoNames",
+            0,
+            format!("probe {probes}").as_bytes(),
+        );
+        (sent.code == response_code::SUCCESS).then_some(())
+    })
+    .expect("the slave follows");
+    first.kill9().expect("kill the first name server");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client = Client::new(ClientConfig::new(&both)).expect("client");
+        let producer = Producer::new(client, ProducerConfig::default());
+        for i in 0..20 {
+            producer
+                .send(&Message::new("TwoNames", format!("m{i}")))
+                .await
+                .expect("a route from the name server still up, and SEND_OK from the pair");
+        }
+        producer.shutdown().await;
+    });
+}
