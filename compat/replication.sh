@@ -41,18 +41,8 @@ RUN_TIMEOUT_S=330
 
 log() { echo "replication: $(date +%T) $*" >&2; }
 
-ensure_tools() {
-    if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
-        return
-    fi
-    if [ "$(id -u)" != 0 ]; then
-        log "java and mvn are needed: apt-get install -y openjdk-17-jdk-headless maven"
-        exit 1
-    fi
-    log "installing Java 17 and Maven"
-    DEBIAN_FRONTEND=noninteractive apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven
-}
+# shellcheck source=ensure-tools.sh
+source "$COMPAT/ensure-tools.sh"
 
 # The same jars as `compat/run.sh --reference` (name server, broker, mqadmin, client) from
 # Maven Central into .cache/m2; the class path goes to its own file, so a concurrent run.sh

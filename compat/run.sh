@@ -33,18 +33,8 @@ DELAY_LEVELS="1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
 
 log() { echo "compat: $*" >&2; }
 
-ensure_tools() {
-    if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
-        return
-    fi
-    if [ "$(id -u)" != 0 ]; then
-        log "java and mvn are needed: apt-get install -y openjdk-17-jdk-headless maven"
-        exit 1
-    fi
-    log "installing Java 17 and Maven"
-    DEBIAN_FRONTEND=noninteractive apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven
-}
+# shellcheck source=ensure-tools.sh
+source "$COMPAT/ensure-tools.sh"
 
 # A test that fails is run once more and reported as a flake when the second run passes: the
 # retry-to-dead-letter case has timed out once under a fully loaded 2-core machine, and one

@@ -164,6 +164,21 @@ fn split_property(line: &str) -> Option<(&str, &str)> {
     Some((key, rest.trim_end()))
 }
 
+/// The machine's memory, read once: it does not change while the broker runs, and pulls ask.
+fn physical_memory_bytes() -> u64 {
+    static BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        // SAFETY: sysconf only reads system configuration; a failure returns -1, handled.
+        let (pages, page_bytes) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        (pages.max(0) as u64).saturating_mul(page_bytes.max(0) as u64)
+    })
+}
+
 impl BrokerConfig {
     /// RocketMQ's rule: expired segments go at a `deleteWhen` hour, or at any hour once the
     /// disk is fuller than `diskMaxUsedSpaceRatio`; past `DISK_CLEAN_FORCIBLY_PERCENT` even
@@ -191,15 +206,7 @@ impl BrokerConfig {
 
     /// `accessMessageInMemoryMaxRatio` of the machine's memory, in bytes.
     pub fn in_memory_bytes_max(&self) -> u64 {
-        // SAFETY: sysconf only reads system configuration; a failure returns -1, handled.
-        let (pages, page_bytes) = unsafe {
-            (
-                libc::sysconf(libc::_SC_PHYS_PAGES),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
-        let memory_bytes = (pages.max(0) as u64).saturating_mul(page_bytes.max(0) as u64);
-        memory_bytes / 100 * u64::from(self.in_memory_percent_max)
+        physical_memory_bytes() / 100 * u64::from(self.in_memory_percent_max)
     }
 
     /// Where a master listens for slaves: `haListenPort`, else the port after `listen_port`

@@ -27,12 +27,13 @@ fn master(dir: &Path, role: &str) -> QuiverProcess {
 }
 
 /// `quiver broker` as broker-a's slave, registered with `namesrv`, data in `dir/slave`.
-fn slave(dir: &Path, namesrv: SocketAddr) -> QuiverProcess {
+fn slave(dir: &Path, namesrv: impl std::fmt::Display) -> QuiverProcess {
     slave_with(dir, namesrv, "")
 }
 
 /// The same with more `broker.conf` lines.
-fn slave_with(dir: &Path, namesrv: SocketAddr, extra: &str) -> QuiverProcess {
+/// `namesrv` may list several, `;`-separated.
+fn slave_with(dir: &Path, namesrv: impl std::fmt::Display, extra: &str) -> QuiverProcess {
     let conf = dir.join("slave.conf");
     let text = format!(
         "brokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\nlistenPort=0\n\
@@ -174,7 +175,12 @@ fn master_broker(dir: &Path, namesrv: SocketAddr, role: &str) -> QuiverProcess {
 }
 
 /// `quiver broker` as the master of `name`, data in `dir/<name>`.
-fn named_master(dir: &Path, namesrv: SocketAddr, role: &str, name: &str) -> QuiverProcess {
+fn named_master(
+    dir: &Path,
+    namesrv: impl std::fmt::Display,
+    role: &str,
+    name: &str,
+) -> QuiverProcess {
     let conf = dir.join(format!("{name}.conf"));
     let text = format!(
         "brokerName={name}\nbrokerId=0\nbrokerRole={role}\nlistenPort=0\nhaListenPort=0\n\
@@ -527,32 +533,8 @@ fn with_two_name_servers_a_cluster_carries_on_when_one_is_killed() {
     let second = namesrv(&dir.path().join("ns2"));
     let both = format!("{};{}", first.namesrv(), second.namesrv());
     // Brokers register with every name server they are given.
-    let conf = dir.path().join("master.conf");
-    let text = format!(
-        "brokerName=broker-a\nbrokerId=0\nbrokerRole=SYNC_MASTER\nlistenPort=0\n\
-         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nslaveTimeout=2000\n",
-        dir.path().join("master").display()
-    );
-    std::fs::write(&conf, text).unwrap();
-    let master = QuiverProcess::start(
-        &binary(),
-        &["broker", "-c", conf.to_str().unwrap(), "-n", &both],
-        &dir.path().join("master-log"),
-    )
-    .expect("the master starts");
-    let slave_conf = dir.path().join("slave.conf");
-    let text = format!(
-        "brokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\nlistenPort=0\n\
-         storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\nregisterNameServerPeriod=1000\n",
-        dir.path().join("slave").display()
-    );
-    std::fs::write(&slave_conf, text).unwrap();
-    let _slave = QuiverProcess::start(
-        &binary(),
-        &["broker", "-c", slave_conf.to_str().unwrap(), "-n", &both],
-        &dir.path().join("slave-log"),
-    )
-    .expect("the slave starts");
+    let master = named_master(dir.path(), &both, "SYNC_MASTER", "broker-a");
+    let _slave = slave_with(dir.path(), &both, "");
     let mut admin = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
     admin.create_topic("TwoNames", 4).expect("create topic");
     for namesrv in [first.namesrv(), second.namesrv()] {
