@@ -24,13 +24,23 @@ struct OffsetsFile {
     committed_here: BTreeMap<String, BTreeSet<i32>>,
 }
 
-/// What `ConsumerOffsets::merge_from_master` did, counted in queues.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What `ConsumerOffsets::merge_from_master` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct OffsetsMerged {
     /// Queues whose offset changed to the master's.
     pub taken: usize,
-    /// Queues that kept a higher offset committed on this broker.
-    pub kept_newer: usize,
+    /// Queues that kept a higher offset committed on this broker: the master is behind on
+    /// them, and the slave tells it (`replica_meta::copy_from_master`).
+    pub kept_newer: Vec<KeptCommit>,
+}
+
+/// An offset a consumer committed on this broker that is higher than its master's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptCommit {
+    pub topic: String,
+    pub group: String,
+    pub queue_id: i32,
+    pub offset: i64,
 }
 
 pub struct ConsumerOffsets {
@@ -87,7 +97,8 @@ impl ConsumerOffsets {
     /// resetOffsetByTime, a topic deleted and created again) must reach the slave, or a
     /// consumer that fails over skips the messages the reset asked for. Only commits made
     /// here are newer than the master's knowledge, so only they are protected, and only until
-    /// the master has caught up. The marks are in memory: a slave restarted while its master
+    /// the master has caught up: the copy sends them to the master (`kept_newer`), so that a
+    /// consumer that goes back to the master resumes from them too. The marks are in memory: a slave restarted while its master
     /// is down forgets them, and its first copy after that takes the master's offsets.
     ///
     /// Offsets the master does not have stay, as in RocketMQ (its slave copies with putAll).
@@ -95,32 +106,78 @@ impl ConsumerOffsets {
         let mut merged = OffsetsMerged::default();
         let mut guard = self.table.lock().expect("offset table lock poisoned");
         let table = &mut *guard;
-        for (key, queues) in master {
+        for (key, queues) in &master {
             if queues.is_empty() {
                 continue;
             }
             let ours = table.offset_table.entry(key.clone()).or_default();
-            let mut marks = table.committed_here.remove(&key).unwrap_or_default();
-            for (queue_id, offset) in queues {
+            let marks = table.committed_here.get(key);
+            for (&queue_id, &offset) in queues {
                 let here = ours.get(&queue_id).copied();
-                if marks.contains(&queue_id) && here.is_some_and(|here| here > offset) {
-                    merged.kept_newer += 1;
+                let marked = marks.is_some_and(|marks| marks.contains(&queue_id));
+                if marked && here.is_some_and(|here| here > offset) {
                     continue;
                 }
-                marks.remove(&queue_id);
                 if here != Some(offset) {
                     ours.insert(queue_id, offset);
                     merged.taken += 1;
                 }
             }
-            if !marks.is_empty() {
-                table.committed_here.insert(key, marks);
-            }
         }
+        // What is still marked is newer than the master's offset, or the master has none (a
+        // master killed before it persisted the group's offsets comes back without them).
+        let table = &mut *guard;
+        for (key, marks) in &mut table.committed_here {
+            let theirs = master.get(key);
+            let ours = table.offset_table.get(key);
+            marks.retain(|queue_id| {
+                let here = ours.and_then(|queues| queues.get(queue_id)).copied();
+                let there = theirs.and_then(|queues| queues.get(queue_id)).copied();
+                match (here, there) {
+                    (Some(here), there) if there.is_none_or(|there| here > there) => {
+                        if let Some((topic, group)) = key.split_once('@') {
+                            merged.kept_newer.push(KeptCommit {
+                                topic: topic.to_string(),
+                                group: group.to_string(),
+                                queue_id: *queue_id,
+                                offset: here,
+                            });
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            });
+        }
+        table.committed_here.retain(|_, marks| !marks.is_empty());
         if merged.taken > 0 {
             self.dirty.store(true, Ordering::Release);
         }
         merged
+    }
+
+    /// The master has taken these commits (the slave sent them): they are no longer newer
+    /// than the master's knowledge, so the master's offsets win again, a reset included. A
+    /// queue committed again here since then keeps its mark.
+    pub fn master_took(&self, commits: &[KeptCommit]) {
+        let mut guard = self.table.lock().expect("offset table lock poisoned");
+        let table = &mut *guard;
+        for commit in commits {
+            let key = key(&commit.topic, &commit.group);
+            let current = table
+                .offset_table
+                .get(&key)
+                .and_then(|queues| queues.get(&commit.queue_id));
+            if current != Some(&commit.offset) {
+                continue;
+            }
+            if let Some(marks) = table.committed_here.get_mut(&key) {
+                marks.remove(&commit.queue_id);
+                if marks.is_empty() {
+                    table.committed_here.remove(&key);
+                }
+            }
+        }
     }
 
     pub fn get(&self, topic: &str, group: &str, queue_id: i32) -> Option<i64> {

@@ -16,11 +16,12 @@ use quiver_wire::body::{
     TopicConfigAndMappingSerializeWrapper,
 };
 use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::UpdateConsumerOffsetRequestHeader;
 use quiver_wire::{Command, Encoding};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::offsets::OffsetsMerged;
+use crate::offsets::{KeptCommit, OffsetsMerged};
 use crate::outbound::Link;
 use crate::state::Broker;
 use crate::topic::{is_system_topic, validate_group_name, validate_topic_name};
@@ -105,7 +106,33 @@ pub async fn copy_from_master(
         )
         .await?,
     };
-    Ok(apply(broker, meta)?)
+    let report = apply(broker, meta)?;
+    tell_master(&mut link, &report.offsets.kept_newer, deadline).await?;
+    broker.offsets.master_took(&report.offsets.kept_newer);
+    Ok(report)
+}
+
+/// Sends the master the offsets consumers committed on this slave past the master's own
+/// (while it was down), with UPDATE_CONSUMER_OFFSET as a consumer would: a consumer that
+/// starts on the returned master then resumes where the group got to on the slave. A failure
+/// is retried by the next copy, which finds the same commits still newer.
+async fn tell_master(
+    link: &mut Link,
+    kept: &[KeptCommit],
+    deadline: Instant,
+) -> Result<(), CopyError> {
+    for commit in kept {
+        let header = UpdateConsumerOffsetRequestHeader {
+            consumer_group: commit.group.clone(),
+            topic: commit.topic.clone(),
+            queue_id: commit.queue_id,
+            commit_offset: commit.offset,
+        };
+        let request = Command::request(request_code::UPDATE_CONSUMER_OFFSET, Encoding::Json)
+            .with_ext(header.to_ext());
+        call(link, request, deadline).await?;
+    }
+    Ok(())
 }
 
 /// Sends one of the four requests and parses its answer. The request has no ext fields:
@@ -116,11 +143,22 @@ async fn ask<T: DeserializeOwned>(
     code: i32,
     deadline: Instant,
 ) -> Result<T, CopyError> {
+    let response = call(link, Command::request(code, Encoding::Json), deadline).await?;
     let request_name = request_code::name(code).unwrap_or("metadata request");
+    body::from_json(&response.body).map_err(|error| CopyError::BadBody {
+        addr: link.addr.clone(),
+        request: request_name,
+        message: error.to_string(),
+    })
+}
+
+/// One request to the master; anything but SUCCESS is an error.
+async fn call(link: &mut Link, request: Command, deadline: Instant) -> Result<Command, CopyError> {
+    let request_name = request_code::name(request.code).unwrap_or("metadata request");
     let addr = link.addr.clone();
     let remaining = deadline.saturating_duration_since(Instant::now());
     let response = link
-        .call(Command::request(code, Encoding::Json), remaining)
+        .call(request, remaining)
         .await
         .map_err(|error| CopyError::Unreachable {
             addr: addr.clone(),
@@ -135,11 +173,7 @@ async fn ask<T: DeserializeOwned>(
             remark: response.remark.unwrap_or_default(),
         });
     }
-    body::from_json(&response.body).map_err(|error| CopyError::BadBody {
-        addr,
-        request: request_name,
-        message: error.to_string(),
-    })
+    Ok(response)
 }
 
 /// Applies a master's answers: topics first, so that offsets arrive for the topics they

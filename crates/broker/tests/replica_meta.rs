@@ -339,7 +339,17 @@ async fn a_newer_commit_on_the_slave_is_not_lowered_until_the_master_passes_it()
     let report = replica_meta::apply(&slave.broker, master_offsets(7, 4)).unwrap();
     assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(20));
     assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(4));
-    assert_eq!((report.offsets.kept_newer, report.offsets.taken), (1, 1));
+    assert_eq!(
+        (report.offsets.kept_newer.len(), report.offsets.taken),
+        (1, 1)
+    );
+    assert_eq!(
+        (
+            report.offsets.kept_newer[0].queue_id,
+            report.offsets.kept_newer[0].offset
+        ),
+        (0, 20)
+    );
 
     // Consumers commit to the master again and pass the slave's offset: the master's wins...
     replica_meta::apply(&slave.broker, master_offsets(25, 4)).unwrap();
@@ -422,4 +432,73 @@ async fn copy_from_master_reports_a_master_that_cannot_be_reached() {
         .await
         .expect_err("not from itself");
     assert!(matches!(error, CopyError::OwnAddress { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let running = running_master(dir.path()).await;
+    let master = &running.broker;
+    master
+        .topics
+        .create_if_absent(topic_config("Orders", 4, 6))
+        .expect("topic");
+    master.offsets.commit("Orders", "g", 2, 11);
+    let addr = running.local_addr.to_string();
+    let slave = Harness::new();
+    replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
+        .await
+        .expect("first copy");
+
+    // With the master away, the group's consumer committed queue 2 further on the slave.
+    commit(&slave, "Orders", "g", 2, 40).await;
+
+    // The next copy keeps the slave's newer offset and hands it to the master, so a consumer
+    // that goes back to the master does not consume 11..40 again.
+    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
+        .await
+        .expect("second copy");
+    assert_eq!(report.offsets.kept_newer.len(), 1, "{report:?}");
+    assert_eq!(master.offsets.get("Orders", "g", 2), Some(40));
+    assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(40));
+
+    // Once the master has it, the slave holds no claim of its own any more: a later reset on
+    // the master to an earlier offset reaches the slave.
+    master.offsets.commit("Orders", "g", 2, 5);
+    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
+        .await
+        .expect("third copy");
+    running.shutdown().await;
+    assert!(report.offsets.kept_newer.is_empty(), "{report:?}");
+    assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(5));
+}
+
+#[tokio::test]
+async fn a_commit_on_the_slave_is_kept_when_the_master_returns_without_the_group() {
+    let slave = Harness::new();
+    assert_eq!(
+        slave.create_topic("Orders", 4).await.code,
+        response_code::SUCCESS
+    );
+    commit(&slave, "Orders", "g", 1, 30).await;
+    // A master killed before it persisted the group's offsets comes back with none.
+    let master = MasterMeta {
+        topics: TopicConfigAndMappingSerializeWrapper {
+            topic_config_table: BTreeMap::from([(
+                "Orders".to_string(),
+                topic_config("Orders", 4, 6),
+            )]),
+            ..Default::default()
+        },
+        ..MasterMeta::default()
+    };
+    let report = replica_meta::apply(&slave.broker, master).unwrap();
+    assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(30));
+    let kept: Vec<_> = report
+        .offsets
+        .kept_newer
+        .iter()
+        .map(|c| (c.topic.as_str(), c.group.as_str(), c.queue_id, c.offset))
+        .collect();
+    assert_eq!(kept, [("Orders", "g", 1, 30)]);
 }
