@@ -139,6 +139,7 @@ impl Persisted {
             config.delay_levels_ms.len() as i32,
             crate::topic::PERM_READ | crate::topic::PERM_WRITE,
         ))?;
+        adopt_stored_topics(&store, &topics);
         let persisted = Persisted {
             store,
             topics,
@@ -146,6 +147,37 @@ impl Persisted {
             delay_offsets,
         };
         Ok((persisted, recovery))
+    }
+}
+
+/// Gives a topic config to every topic the store holds messages of but the topic table lacks,
+/// with as many queues as it has ConsumeQueues. Why: a slave builds ConsumeQueues from the
+/// master's log at once, but learns the master's topic table only at its next copy; a slave
+/// restarted as master in between would otherwise refuse pulls of messages it holds. Names
+/// that are not valid topic names are left alone.
+fn adopt_stored_topics(store: &Store, topics: &TopicTable) {
+    let mut queues: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    for (topic, queue_id) in store.queues() {
+        let count = queues.entry(topic).or_default();
+        *count = (*count).max(queue_id + 1);
+    }
+    for (topic, count) in queues {
+        if topics.shape(&topic).is_some() {
+            continue;
+        }
+        let config = crate::topic::topic_config(
+            &topic,
+            count as i32,
+            crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+        );
+        match topics.create_if_absent(config) {
+            Ok(_) => tracing::warn!(
+                %topic,
+                queues = count,
+                "the store holds messages of a topic missing from the topic table: added it"
+            ),
+            Err(error) => tracing::warn!(%topic, %error, "stored topic left without a config"),
+        }
     }
 }
 

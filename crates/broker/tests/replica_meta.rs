@@ -502,3 +502,32 @@ async fn a_commit_on_the_slave_is_kept_when_the_master_returns_without_the_group
         .collect();
     assert_eq!(kept, [("Orders", "g", 1, 30)]);
 }
+
+/// A slave builds ConsumeQueues from its master's log at once but learns the topic table at
+/// its next copy; restarted in between (say, as the new master) it still serves the topic.
+#[tokio::test]
+async fn a_topic_the_store_holds_but_the_table_lacks_is_served_after_a_restart() {
+    let h = Harness::new();
+    assert_eq!(
+        h.create_topic("Copied", 3).await.code,
+        response_code::SUCCESS
+    );
+    let on_queue_2 = SendOptions {
+        queue_id: Some(2),
+        ..options()
+    };
+    assert_eq!(
+        h.send("Copied", b"kept", &on_queue_2).await.code,
+        response_code::SUCCESS
+    );
+    let h = h.reopen(|root| {
+        std::fs::remove_file(root.join("config").join("topics.json")).expect("drop the table")
+    });
+    assert_eq!(
+        h.broker.topics.shape("Copied").map(|s| s.read_queues),
+        Some(3)
+    );
+    let pulled = h.pull("Copied", "g", 2, 0).await;
+    assert_eq!(pulled.code, response_code::SUCCESS, "{:?}", pulled.remark);
+    assert_eq!(&harness::messages(&pulled)[0].body[..], b"kept");
+}

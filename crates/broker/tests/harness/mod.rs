@@ -60,6 +60,23 @@ impl Harness {
         Harness::over(broker, dir, 1)
     }
 
+    /// Closes the store, lets `edit` change the files under the store root, and opens a new
+    /// broker over them, as a restart does.
+    pub fn reopen(self, edit: impl FnOnce(&std::path::Path)) -> Harness {
+        let Harness { broker, _dir, .. } = self;
+        broker.store.close().expect("the store closes");
+        let config = broker.config.clone();
+        drop(broker);
+        edit(&config.store_root);
+        let (persisted, _) = Persisted::open(&config, START_MS).expect("state reopens");
+        let store_host: SocketAddr = "127.0.0.1:10911".parse().expect("address");
+        let ha_host: SocketAddr = "127.0.0.1:10912".parse().expect("address");
+        let broker = Arc::new(Broker::new(
+            config, persisted, store_host, ha_host, START_MS,
+        ));
+        Harness::over(broker, _dir, 1)
+    }
+
     fn over(broker: Arc<Broker>, dir: tempfile::TempDir, id: u64) -> Harness {
         let peer: SocketAddr = format!("127.0.0.1:{}", 40_000 + id).parse().expect("peer");
         let (connection, outgoing) = Connection::new(id, peer);
