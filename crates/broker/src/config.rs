@@ -69,6 +69,12 @@ pub struct BrokerConfig {
     pub requests_in_flight_per_connection_max: usize,
     /// `messageDelayLevel`: level n (1-based) waits `delay_levels_ms[n - 1]`.
     pub delay_levels_ms: Vec<u64>,
+    /// `nonPersistentTopics`: topics made non-persistent at start (created when missing).
+    pub non_persistent_topics: Vec<String>,
+    /// `nonPersistentQueueBytes`: a non-persistent queue's ring holds at most this much.
+    pub non_persistent_queue_bytes: u64,
+    /// `nonPersistentBytesMax`: all rings together; each queue gets at most its share.
+    pub non_persistent_bytes_max: u64,
 }
 
 impl Default for BrokerConfig {
@@ -116,6 +122,9 @@ impl Default for BrokerConfig {
             connections_max: 10_000,
             requests_in_flight_per_connection_max: 4_096,
             delay_levels_ms: crate::delay::DEFAULT_LEVELS_MS.to_vec(),
+            non_persistent_topics: Vec::new(),
+            non_persistent_queue_bytes: 16 * 1024 * 1024,
+            non_persistent_bytes_max: 256 * 1024 * 1024,
         }
     }
 }
@@ -337,6 +346,15 @@ impl BrokerConfig {
                 "messageDelayLevel",
                 crate::delay::format_levels(&self.delay_levels_ms),
             ),
+            ("nonPersistentTopics", self.non_persistent_topics.join(",")),
+            (
+                "nonPersistentQueueBytes",
+                self.non_persistent_queue_bytes.to_string(),
+            ),
+            (
+                "nonPersistentBytesMax",
+                self.non_persistent_bytes_max.to_string(),
+            ),
         ]
     }
 
@@ -453,6 +471,24 @@ impl BrokerConfig {
                 "messageDelayLevel" => {
                     self.delay_levels_ms = crate::delay::parse_levels(value)
                         .map_err(|allowed| field.invalid(allowed))?
+                }
+                "nonPersistentTopics" => {
+                    let mut topics = Vec::new();
+                    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                        crate::topic::validate_topic_name(name).map_err(|error| {
+                            field.invalid(&format!(
+                                "a comma-separated list of topic names ({error})"
+                            ))
+                        })?;
+                        topics.push(name.to_string());
+                    }
+                    self.non_persistent_topics = topics;
+                }
+                "nonPersistentQueueBytes" => {
+                    self.non_persistent_queue_bytes = field.number(64 * 1024, 1 << 40)?
+                }
+                "nonPersistentBytesMax" => {
+                    self.non_persistent_bytes_max = field.number(64 * 1024, 1 << 40)?
                 }
                 _ => unknown.push(UnknownKey {
                     line,

@@ -17,6 +17,7 @@ pub mod ha;
 pub mod handler;
 pub mod locks;
 pub mod long_poll;
+pub mod memory;
 pub mod offsets;
 mod outbound;
 mod persist;

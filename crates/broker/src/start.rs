@@ -204,6 +204,9 @@ impl RunningBroker {
         if let Err(error) = self.broker.delay_offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist delay offsets");
         }
+        if let Err(error) = self.broker.memory.close() {
+            tracing::error!(%error, "could not write non-persistent queue offsets");
+        }
         let store = self.broker.store.clone();
         match tokio::task::spawn_blocking(move || store.close()).await {
             Ok(Ok(())) => tracing::info!("store closed cleanly"),

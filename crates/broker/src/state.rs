@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use quiver_store::{OpenError, RecoveryReport, Store};
+use quiver_store::{OpenError, QueueBounds, RecoveryReport, Store};
 use quiver_wire::code::request_code;
 use quiver_wire::{Encoding, ExtFields};
 use tokio::sync::Notify;
@@ -19,6 +19,7 @@ use crate::delay::DelayOffsets;
 use crate::ha::Replication;
 use crate::locks::QueueLocks;
 use crate::long_poll::PullWaiters;
+use crate::memory::MemoryQueues;
 use crate::offsets::ConsumerOffsets;
 use crate::topic::{TopicError, TopicTable};
 
@@ -75,6 +76,8 @@ pub struct Broker {
     pub waiters: Arc<PullWaiters>,
     pub locks: QueueLocks,
     pub delay_offsets: DelayOffsets,
+    /// The rings of non-persistent topics.
+    pub memory: MemoryQueues,
     /// The address written into records and message ids: reachable `brokerIP1:port`.
     pub store_host: SocketAddr,
     /// Where slaves reach this broker's HA port (registered as `haServerAddr`).
@@ -100,6 +103,10 @@ pub enum StateError {
     Offsets(String),
     #[error("cannot read delay offsets: {0}")]
     DelayOffsets(String),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
+    #[error("{0}")]
+    NonPersistent(String),
 }
 
 impl From<OpenError> for StateError {
@@ -114,6 +121,7 @@ pub struct Persisted {
     pub topics: TopicTable,
     pub offsets: ConsumerOffsets,
     pub delay_offsets: DelayOffsets,
+    pub memory: MemoryQueues,
 }
 
 impl Persisted {
@@ -140,14 +148,57 @@ impl Persisted {
             crate::topic::PERM_READ | crate::topic::PERM_WRITE,
         ))?;
         adopt_stored_topics(&store, &topics);
+        mark_non_persistent_topics(config, &topics)?;
+        let memory = MemoryQueues::open(
+            config_dir.join("memoryQueueOffsets.json"),
+            crate::memory::Limits {
+                queue_bytes: config.non_persistent_queue_bytes,
+                broker_bytes: config.non_persistent_bytes_max,
+            },
+        )?;
         let persisted = Persisted {
             store,
             topics,
             offsets,
             delay_offsets,
+            memory,
         };
         Ok((persisted, recovery))
     }
+}
+
+/// Makes the topics `nonPersistentTopics` lists non-persistent, creating those that are missing
+/// with `defaultTopicQueueNums` queues. A listed topic that exists as a persistent one is
+/// refused: its messages on disk would no longer be served.
+fn mark_non_persistent_topics(
+    config: &BrokerConfig,
+    topics: &TopicTable,
+) -> Result<(), StateError> {
+    for name in &config.non_persistent_topics {
+        match topics.get(name) {
+            Some(existing) if crate::topic::is_memory_topic(&existing) => {}
+            Some(_) => {
+                return Err(StateError::NonPersistent(format!(
+                    "nonPersistentTopics lists {name}, which exists as a persistent topic; \
+                     delete it first (mqadmin deleteTopic) or take it off the list"
+                )))
+            }
+            None => {
+                let mut topic = crate::topic::topic_config(
+                    name,
+                    config.default_topic_queue_nums,
+                    crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+                );
+                topic.attributes.insert(
+                    crate::memory::PERSISTENCE_ATTRIBUTE.to_string(),
+                    crate::memory::PERSISTENCE_MEMORY.to_string(),
+                );
+                topics.create_if_absent(topic)?;
+                tracing::info!(topic = %name, "non-persistent topic created from broker.conf");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Gives a topic config to every topic the store holds messages of but the topic table lacks,
@@ -196,6 +247,7 @@ impl Broker {
             topics,
             offsets,
             delay_offsets,
+            memory,
         } = persisted;
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
         let replication = Arc::new(Replication::new(&config));
@@ -216,6 +268,7 @@ impl Broker {
             waiters,
             locks: QueueLocks::default(),
             delay_offsets,
+            memory,
             store_host,
             ha_host,
             replication,
@@ -224,6 +277,16 @@ impl Broker {
             register_now: Notify::new(),
             next_queue: AtomicU32::new(0),
             next_uniq: AtomicU32::new(0),
+        }
+    }
+
+    /// A queue's oldest and next offsets, from its ring for a non-persistent topic, else from
+    /// its ConsumeQueue.
+    pub fn queue_bounds(&self, topic: &str, queue_id: u32) -> QueueBounds {
+        if self.topics.shape(topic).is_some_and(|shape| shape.memory) {
+            self.memory.bounds(topic, queue_id)
+        } else {
+            self.store.bounds(topic, queue_id)
         }
     }
 

@@ -65,12 +65,23 @@ pub const DLQ_PREFIX: &str = "%DLQ%";
 const TOPIC_BYTES_MAX: usize = 127;
 const SYSTEM_TOPIC_BYTES_MAX: usize = 255;
 
-/// Queue counts and permission of a topic: all a send or pull needs, cheap to copy.
+/// Queue counts, permission and persistence of a topic: all a send or pull needs, cheap to
+/// copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TopicShape {
     pub read_queues: i32,
     pub write_queues: i32,
     pub perm: i32,
+    /// Non-persistent (`persistence=memory`): its queues are rings in memory (`memory.rs`).
+    pub memory: bool,
+}
+
+/// Whether a topic's attributes make it non-persistent.
+pub fn is_memory_topic(config: &TopicConfig) -> bool {
+    config
+        .attributes
+        .get(crate::memory::PERSISTENCE_ATTRIBUTE)
+        .is_some_and(|value| value == crate::memory::PERSISTENCE_MEMORY)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +230,7 @@ impl TopicTable {
                 read_queues: config.read_queue_nums,
                 write_queues: config.write_queue_nums,
                 perm: config.perm,
+                memory: is_memory_topic(config),
             })
     }
 
@@ -437,7 +449,8 @@ mod tests {
             Some(TopicShape {
                 read_queues: 16,
                 write_queues: 16,
-                perm: 6
+                perm: 6,
+                memory: false,
             })
         );
         assert_eq!(

@@ -158,6 +158,18 @@ impl Client {
         topic: &str,
         queue_nums: i32,
     ) -> Result<(), ClientError> {
+        self.create_topic_with_attributes(addr, topic, queue_nums, None)
+            .await
+    }
+
+    /// The same with RocketMQ 5 attribute changes (`+persistence=memory`).
+    pub async fn create_topic_with_attributes(
+        &self,
+        addr: &str,
+        topic: &str,
+        queue_nums: i32,
+        attributes: Option<&str>,
+    ) -> Result<(), ClientError> {
         let header = CreateTopicRequestHeader {
             topic: topic.to_owned(),
             default_topic: crate::route::AUTO_CREATE_TOPIC.to_owned(),
@@ -167,6 +179,7 @@ impl Client {
             topic_filter_type: "SINGLE_TAG".into(),
             topic_sys_flag: 0,
             order: false,
+            attributes: attributes.map(str::to_owned),
         };
         let request = self
             .request(request_code::UPDATE_AND_CREATE_TOPIC)

@@ -12,6 +12,7 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
+use crate::memory::{PERSISTENCE_ATTRIBUTE, PERSISTENCE_DISK, PERSISTENCE_MEMORY};
 use crate::topic::{is_system_topic, validate_topic_name};
 
 /// Queue counts above this are almost surely a typo; Java has no limit, but every queue costs a
@@ -37,6 +38,27 @@ pub fn create_topic(call: &Call, request: &Command) -> Handled {
             return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
         }
     }
+    let existing = broker.topics.get(&header.topic);
+    let before = existing
+        .as_ref()
+        .map(|topic| topic.attributes.clone())
+        .unwrap_or_default();
+    let attributes = change_attributes(&before, header.attributes.as_deref().unwrap_or(""))
+        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e))?;
+    let persistence = |attributes: &BTreeMap<String, String>| {
+        attributes
+            .get(PERSISTENCE_ATTRIBUTE)
+            .cloned()
+            .unwrap_or_default()
+    };
+    if existing.is_some() && persistence(&before) != persistence(&attributes) {
+        let remark = format!(
+            "the {PERSISTENCE_ATTRIBUTE} of topic {} cannot change once it exists: delete the \
+             topic and create it again",
+            header.topic
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
     let config = TopicConfig {
         topic_name: header.topic.clone(),
         read_queue_nums: header.read_queue_nums,
@@ -45,7 +67,7 @@ pub fn create_topic(call: &Call, request: &Command) -> Handled {
         topic_filter_type: header.topic_filter_type,
         topic_sys_flag: header.topic_sys_flag,
         order: header.order,
-        attributes: BTreeMap::new(),
+        attributes,
     };
     let changed = broker
         .topics
@@ -56,6 +78,53 @@ pub fn create_topic(call: &Call, request: &Command) -> Handled {
         broker.topics_changed();
     }
     answer(request.response_to(response_code::SUCCESS))
+}
+
+/// Applies RocketMQ 5's attribute changes (`+key=value` sets, `-key` removes, comma-separated;
+/// AttributeParser's format) to `before`. The one attribute Quiver acts on is
+/// `persistence` (`memory` or `disk`); others are kept as given, as RocketMQ keeps the ones it
+/// knows.
+pub fn change_attributes(
+    before: &BTreeMap<String, String>,
+    changes: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut attributes = before.clone();
+    let mut seen = std::collections::BTreeSet::new();
+    for change in changes.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let (key, value) = if let Some(set) = change.strip_prefix('+') {
+            let (key, value) = set
+                .split_once('=')
+                .ok_or_else(|| format!("attribute change {change:?} is not +key=value"))?;
+            (key, Some(value))
+        } else if let Some(key) = change.strip_prefix('-') {
+            (key, None)
+        } else {
+            return Err(format!(
+                "attribute change {change:?} starts with neither + nor -"
+            ));
+        };
+        if key.is_empty() || !seen.insert(key.to_string()) {
+            return Err(format!("attribute key {key:?} is empty or given twice"));
+        }
+        if key == PERSISTENCE_ATTRIBUTE
+            && value.is_some_and(|v| v != PERSISTENCE_MEMORY && v != PERSISTENCE_DISK)
+        {
+            return Err(format!(
+                "{PERSISTENCE_ATTRIBUTE} is {PERSISTENCE_MEMORY} or {PERSISTENCE_DISK}, not {:?}",
+                value.unwrap_or_default()
+            ));
+        }
+        match value {
+            Some(value) => attributes.insert(key.to_string(), value.to_string()),
+            None => attributes.remove(key),
+        };
+    }
+    // `disk` is the default: kept out of the table, so that a topic created with it and one
+    // created without are the same topic.
+    if attributes.get(PERSISTENCE_ATTRIBUTE).map(String::as_str) == Some(PERSISTENCE_DISK) {
+        attributes.remove(PERSISTENCE_ATTRIBUTE);
+    }
+    Ok(attributes)
 }
 
 /// DELETE_TOPIC_IN_BROKER (215), as RocketMQ answers it: the topic's configuration, its
@@ -94,6 +163,7 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
         .offsets
         .persist_if_dirty()
         .map_err(|e| system_error(&e))?;
+    broker.memory.remove_topic(topic);
     let deletion = broker
         .store
         .delete_topic(topic)
@@ -147,6 +217,22 @@ pub fn runtime_info(call: &Call, request: &Command) -> Handled {
     put(
         "haSlaveAckOffset",
         broker.replication.confirmed_position().to_string(),
+    );
+    // Non-persistent topics: bytes in their rings, and messages dropped (evicted from a full
+    // ring, and skipped by groups that fell behind it).
+    put("nonPersistentBytes", broker.memory.bytes().to_string());
+    let drops = broker.memory.drops();
+    put(
+        "nonPersistentEvicted",
+        drops.values().map(|d| d.evicted).sum::<u64>().to_string(),
+    );
+    put(
+        "nonPersistentSkipped",
+        drops
+            .values()
+            .flat_map(|d| d.skipped_by_group.values())
+            .sum::<u64>()
+            .to_string(),
     );
     put("sendThreadPoolQueueSize", "0".into());
     put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());

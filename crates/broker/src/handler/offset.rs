@@ -84,18 +84,14 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
 pub fn max_offset(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
-    let bounds = broker
-        .store
-        .bounds(&header.topic, queue_id(header.queue_id)?);
+    let bounds = broker.queue_bounds(&header.topic, queue_id(header.queue_id)?);
     answer(offset_response(request, bounds.max_offset))
 }
 
 pub fn min_offset(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
-    let bounds = broker
-        .store
-        .bounds(&header.topic, queue_id(header.queue_id)?);
+    let bounds = broker.queue_bounds(&header.topic, queue_id(header.queue_id)?);
     answer(offset_response(request, bounds.min_offset))
 }
 
@@ -117,25 +113,32 @@ pub fn search_offset_by_timestamp(call: &Call, request: &Command) -> Handled {
             ))
         }
     };
-    let offset = broker
-        .store
-        .offset_by_time(
-            &header.topic,
-            queue_id(header.queue_id)?,
-            header.timestamp,
-            boundary,
-        )
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    let queue = queue_id(header.queue_id)?;
+    let offset = if is_memory(broker, &header.topic) {
+        broker
+            .memory
+            .offset_by_time(&header.topic, queue, header.timestamp)
+    } else {
+        broker
+            .store
+            .offset_by_time(&header.topic, queue, header.timestamp, boundary)
+            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
+    };
     answer(offset_response(request, offset))
 }
 
 pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
-    let time = broker
-        .store
-        .earliest_time(&header.topic, queue_id(header.queue_id)?)
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    let queue = queue_id(header.queue_id)?;
+    let time = if is_memory(broker, &header.topic) {
+        broker.memory.earliest_time(&header.topic, queue)
+    } else {
+        broker
+            .store
+            .earliest_time(&header.topic, queue)
+            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
+    };
     let header = TimestampResponseHeader {
         timestamp: time.unwrap_or(-1),
     };
@@ -144,4 +147,8 @@ pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
             .response_to(response_code::SUCCESS)
             .with_ext(header.to_ext()),
     )
+}
+
+fn is_memory(broker: &crate::state::Broker, topic: &str) -> bool {
+    broker.topics.shape(topic).is_some_and(|shape| shape.memory)
 }

@@ -52,7 +52,7 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
     let hold = Duration::from_millis(header.suspend_timeout_millis.clamp(0, SUSPEND_MS_MAX) as u64);
     // A message that landed between the first read and parking would not wake us: look once
     // more before sleeping.
-    let already_there = broker.store.bounds(&header.topic, queue_id).max_offset > offset;
+    let already_there = broker.queue_bounds(&header.topic, queue_id).max_offset > offset;
     match (wake, already_there) {
         (_, true) => {}
         (Some(wake), false) => {
@@ -117,7 +117,7 @@ fn pull_once(
         .unwrap_or(PULL_BYTES_MAX)
         .clamp(1, PULL_BYTES_MAX) as u32;
     let below_zero = (header.queue_offset < 0)
-        .then(|| broker.store.bounds(&header.topic, header.queue_id as u32))
+        .then(|| broker.queue_bounds(&header.topic, header.queue_id as u32))
         .filter(|bounds| bounds.max_offset > 0);
     let read = if let Some(bounds) = below_zero {
         // Below every offset, as a read under the queue's minimum: RocketMQ answers
@@ -131,6 +131,16 @@ fn pull_once(
             max_offset: bounds.max_offset,
             damage: None,
         }
+    } else if shape.memory {
+        broker.memory.read(
+            &header.topic,
+            header.queue_id as u32,
+            &header.consumer_group,
+            header.queue_offset.max(0) as u64,
+            max_messages,
+            max_bytes,
+            &|code| filter.accepts(code),
+        )
     } else {
         broker
             .store
@@ -174,7 +184,12 @@ fn pull_once(
         .messages_got
         .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
     let response_header = PullMessageResponseHeader {
-        suggest_which_broker_id: suggested_broker_id(broker, &read),
+        suggest_which_broker_id: if shape.memory {
+            // A slave holds none of a non-persistent topic's messages.
+            0
+        } else {
+            suggested_broker_id(broker, &read)
+        },
         next_begin_offset: read.next_offset as i64,
         min_offset: read.min_offset as i64,
         max_offset: read.max_offset as i64,

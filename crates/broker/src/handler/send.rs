@@ -40,10 +40,28 @@ pub fn send(call: &Call, request: &Command) -> Handled {
         records,
         queue_id,
         first_uniq_key,
+        memory,
     } = prepare(call, request)?;
     let broker = call.broker.clone();
     // Only the opaque and the encoding: the request itself stays with the connection.
     let response = request.response_to(response_code::SUCCESS);
+    if memory {
+        // A non-persistent topic: answered once the records are in the queue's ring, with no
+        // flush and no replication to wait for.
+        let topic = records[0].topic.clone();
+        let entries = broker.memory.append(records);
+        if let Some(last) = entries.last() {
+            broker
+                .waiters
+                .arrived(&topic, queue_id as u32, last.queue_offset + 1);
+        }
+        let outcome = AppendOutcome {
+            entries,
+            flush: FlushStatus::Ok,
+        };
+        let answer = respond(&broker, response, Ok(outcome), queue_id, first_uniq_key);
+        return Ok(Reply::Now(answer));
+    }
     Ok(Reply::Append {
         records,
         answer: Box::new(move |result| {
@@ -56,6 +74,8 @@ struct Prepared {
     records: Vec<Record>,
     queue_id: i32,
     first_uniq_key: Option<String>,
+    /// The topic is non-persistent: the records go to its ring, not to the store.
+    memory: bool,
 }
 
 fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
@@ -157,10 +177,21 @@ fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
         records.push(record);
         first_uniq_key = Some(uniq_key);
     }
+    // A delayed message waits in the schedule topic, on disk, and is then stored in its own
+    // topic by the delivery task, which writes to the store: a non-persistent topic has
+    // neither, so the send is refused rather than stored where it would not be served.
+    if shape.memory && records.iter().any(|record| record.topic != header.topic) {
+        let remark = format!(
+            "topic[{}] is non-persistent: delayed messages need a persistent topic",
+            header.topic
+        );
+        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+    }
     Ok(Prepared {
         records,
         queue_id,
         first_uniq_key,
+        memory: shape.memory,
     })
 }
 

@@ -14,6 +14,8 @@ pub struct CreateTopicRequestHeader {
     pub topic_filter_type: String,
     pub topic_sys_flag: i32,
     pub order: bool,
+    /// RocketMQ 5's attribute changes, `+key=value,+key2=value2,-key3`.
+    pub attributes: Option<String>,
 }
 
 ext_header!(CreateTopicRequestHeader {
@@ -25,6 +27,7 @@ ext_header!(CreateTopicRequestHeader {
     topic_filter_type: def "topicFilterType" = String::from("SINGLE_TAG"),
     topic_sys_flag: def "topicSysFlag" = 0,
     order: def "order" = false,
+    attributes: opt "attributes",
 });
 
 /// DELETE_TOPIC_IN_BROKER (215).
