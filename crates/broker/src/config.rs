@@ -69,6 +69,11 @@ pub struct BrokerConfig {
     pub requests_in_flight_per_connection_max: usize,
     /// `messageDelayLevel`: level n (1-based) waits `delay_levels_ms[n - 1]`.
     pub delay_levels_ms: Vec<u64>,
+    /// `timerWheelEnable`: RocketMQ 5 timer messages are delivered at their time; without it
+    /// they are refused.
+    pub timer_wheel_enable: bool,
+    /// `timerMaxDelaySec`: how far ahead a timer message may be due.
+    pub timer_max_delay_sec: u64,
     /// `nonPersistentTopics`: topics made non-persistent at start (created when missing).
     pub non_persistent_topics: Vec<String>,
     /// `nonPersistentQueueBytes`: a non-persistent queue's ring holds at most this much.
@@ -122,6 +127,8 @@ impl Default for BrokerConfig {
             connections_max: 10_000,
             requests_in_flight_per_connection_max: 4_096,
             delay_levels_ms: crate::delay::DEFAULT_LEVELS_MS.to_vec(),
+            timer_wheel_enable: true,
+            timer_max_delay_sec: crate::timer::MAX_DELAY_SEC_DEFAULT,
             non_persistent_topics: Vec::new(),
             non_persistent_queue_bytes: 16 * 1024 * 1024,
             non_persistent_bytes_max: 256 * 1024 * 1024,
@@ -346,6 +353,8 @@ impl BrokerConfig {
                 "messageDelayLevel",
                 crate::delay::format_levels(&self.delay_levels_ms),
             ),
+            ("timerWheelEnable", self.timer_wheel_enable.to_string()),
+            ("timerMaxDelaySec", self.timer_max_delay_sec.to_string()),
             ("nonPersistentTopics", self.non_persistent_topics.join(",")),
             (
                 "nonPersistentQueueBytes",
@@ -471,6 +480,10 @@ impl BrokerConfig {
                 "messageDelayLevel" => {
                     self.delay_levels_ms = crate::delay::parse_levels(value)
                         .map_err(|allowed| field.invalid(allowed))?
+                }
+                "timerWheelEnable" => self.timer_wheel_enable = field.boolean()?,
+                "timerMaxDelaySec" => {
+                    self.timer_max_delay_sec = field.number(1, 10 * 365 * 86_400)?
                 }
                 "nonPersistentTopics" => {
                     let mut topics = Vec::new();

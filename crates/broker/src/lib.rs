@@ -27,6 +27,7 @@ pub mod server;
 mod start;
 pub mod state;
 mod stored;
+pub mod timer;
 pub mod topic;
 
 pub use config::{BrokerConfig, BrokerRole, ConfigError, UnknownKey};

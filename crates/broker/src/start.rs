@@ -132,6 +132,12 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
                 broker.clone(),
                 stop.subscribe(),
             )));
+            if broker.config.timer_wheel_enable {
+                tasks.push(tokio::spawn(crate::timer::run(
+                    broker.clone(),
+                    stop.subscribe(),
+                )));
+            }
             tasks.push(tokio::spawn(ha::master::serve(
                 listener,
                 broker.clone(),

@@ -30,6 +30,8 @@ const PARKED_PULLS_MAX: usize = 100_000;
 pub struct Counters {
     pub messages_put: AtomicU64,
     pub messages_got: AtomicU64,
+    /// Timer messages in the wheel's memory (the buckets due within a minute or so).
+    pub timer_pending: AtomicU64,
     rates: std::sync::Mutex<Rates>,
 }
 
@@ -145,6 +147,11 @@ impl Persisted {
         topics.create_if_absent(crate::topic::topic_config(
             crate::delay::SCHEDULE_TOPIC,
             config.delay_levels_ms.len() as i32,
+            crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+        ))?;
+        topics.create_if_absent(crate::topic::topic_config(
+            crate::timer::TIMER_TOPIC,
+            1,
             crate::topic::PERM_READ | crate::topic::PERM_WRITE,
         ))?;
         adopt_stored_topics(&store, &topics);

@@ -126,7 +126,9 @@ async fn a_non_persistent_topic_delivers_drops_when_full_and_restarts_empty() {
     let quiver = common::up_with_config(dir.path(), CONF);
     let mut wire = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
     assert_eq!(max_offset(&mut wire, "Telemetry", 0), end);
-    let old = wire.pull("Telemetry", "late", 0, oldest, 32, 0).expect("pull");
+    let old = wire
+        .pull("Telemetry", "late", 0, oldest, 32, 0)
+        .expect("pull");
     assert_eq!(old.code, response_code::PULL_OFFSET_MOVED);
     let sent = wire.send("Telemetry", b"fresh", &on_zero).expect("send");
     assert_eq!(sent.ext_get("queueOffset"), Some(end.to_string().as_str()));

@@ -30,6 +30,9 @@ mod properties;
 mod view;
 
 pub use builder::RecordBuilder;
+
+/// RocketMQ 5's timer queue (`rmq_sys_wheel_timer`): timer messages wait there until due.
+pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
 pub use hash::{body_crc, index_key_hash, java_string_hash, tags_code};
 pub use id::{decode_offset_msg_id, new_uniq_id, offset_msg_id, MsgIdError};
 pub use layout::{

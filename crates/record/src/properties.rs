@@ -14,6 +14,12 @@ pub mod property {
     pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
     pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
     pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    /// When a timer message falls due (ms), written by the broker.
+    pub const TIMER_OUT_MS: &str = "TIMER_OUT_MS";
+    pub const TIMER_ENQUEUE_MS: &str = "TIMER_ENQUEUE_MS";
+    pub const TIMER_DEQUEUE_MS: &str = "TIMER_DEQUEUE_MS";
+    /// The older (ONS / 4.x commercial) spelling of a delivery time (ms).
+    pub const START_DELIVER_TIME: &str = "__STARTDELIVERTIME";
     pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
     pub const REAL_TOPIC: &str = "REAL_TOPIC";
     pub const REAL_QID: &str = "REAL_QID";

@@ -181,7 +181,19 @@ impl<'a> RecordView<'a> {
             .map(|(_, v)| v)
     }
 
+    /// The ConsumeQueue tag code: the hash of TAGS, except in the timer queue, whose entries
+    /// carry each message's due time (TIMER_OUT_MS) so that the timer reads its schedule from
+    /// the ConsumeQueue alone. Recovery and a slave's replicated appends rebuild entries with
+    /// this, so they match what the send path wrote.
     pub fn tags_code(&self) -> i64 {
+        if self.topic == crate::TIMER_TOPIC {
+            if let Some(Ok(Ok(due))) = self
+                .property(property::TIMER_OUT_MS)
+                .map(|v| std::str::from_utf8(v).map(str::parse::<i64>))
+            {
+                return due;
+            }
+        }
         match self.property(property::TAGS).map(std::str::from_utf8) {
             Some(Ok(tags)) => tags_code(tags),
             _ => 0,
@@ -217,6 +229,35 @@ mod tests {
             properties: &[("TAGS", "TagA"), ("KEYS", "k1 k2"), ("UNIQ_KEY", "U1")],
         }
         .build()
+    }
+
+    #[test]
+    fn a_timer_queue_record_has_its_due_time_as_tag_code() {
+        let bytes = RecordBuilder {
+            topic: crate::TIMER_TOPIC,
+            queue_id: 0,
+            body: b"later",
+            store_timestamp_ms: 1_700_000_000_000,
+            properties: &[("TAGS", "TagA"), ("TIMER_OUT_MS", "1700000005000")],
+        }
+        .build();
+        assert_eq!(
+            RecordView::parse(&bytes).unwrap().tags_code(),
+            1_700_000_005_000
+        );
+        // Elsewhere TIMER_OUT_MS is just a property (a delivered timer message keeps it).
+        let bytes = RecordBuilder {
+            topic: "Orders",
+            queue_id: 0,
+            body: b"now",
+            store_timestamp_ms: 1_700_000_000_000,
+            properties: &[("TAGS", "TagA"), ("TIMER_OUT_MS", "1700000005000")],
+        }
+        .build();
+        assert_eq!(
+            RecordView::parse(&bytes).unwrap().tags_code(),
+            i64::from(java_string_hash("TagA"))
+        );
     }
 
     #[test]

@@ -428,6 +428,40 @@ impl Store {
         }
     }
 
+    /// The tag codes of up to `max` ConsumeQueue entries from `offset` (raised to the queue's
+    /// minimum), with their offsets, and the offset after the last one: what a reader that
+    /// needs only the codes (the timer's due times) reads without touching the CommitLog.
+    pub fn queue_codes(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max: u64,
+    ) -> Result<(Vec<(u64, i64)>, u64), ReadError> {
+        let Some(queue) = self.inner.queues.get(topic, queue_id) else {
+            return Ok((Vec::new(), offset));
+        };
+        let (min, end) = queue.bounds();
+        let from = offset.max(min);
+        let count = end.saturating_sub(from).min(max);
+        if count == 0 {
+            return Ok((Vec::new(), from.max(offset)));
+        }
+        let mut raw = Vec::new();
+        queue
+            .read_entries(from, count, &mut raw)
+            .map_err(|e| ReadError::io(&queue.path_for(from), &e))?;
+        let codes = raw
+            .chunks_exact(queues::consume_queue::ENTRY_BYTES)
+            .enumerate()
+            .map(|(i, entry)| {
+                let entry = queues::consume_queue::Entry::decode(entry);
+                (from + i as u64, entry.tags_code)
+            })
+            .collect();
+        Ok((codes, from + count))
+    }
+
     /// Lower: the first offset stored at or after `timestamp_ms` (max_offset if none).
     /// Upper: the last offset stored at or before it (min_offset if none). 0 for an unknown queue.
     pub fn offset_by_time(

@@ -234,6 +234,14 @@ pub fn runtime_info(call: &Call, request: &Command) -> Handled {
             .sum::<u64>()
             .to_string(),
     );
+    put(
+        "timerPendingInMemory",
+        broker
+            .counters
+            .timer_pending
+            .load(Ordering::Relaxed)
+            .to_string(),
+    );
     put("sendThreadPoolQueueSize", "0".into());
     put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());
     put("pullThreadPoolQueueSize", "0".into());

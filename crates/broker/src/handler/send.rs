@@ -20,7 +20,7 @@ use crate::topic::{
     topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
     PERM_INHERIT, RETRY_PREFIX,
 };
-use crate::{delay, stored};
+use crate::{delay, stored, timer};
 
 /// The answer to a batch lists every message's id (up to 56 characters and a comma each) in
 /// one header, and a frame holds 16 MiB: past this many entries the batch is refused before it
@@ -319,11 +319,49 @@ impl RecordBuilder<'_> {
         let levels = &self.broker.config.delay_levels_ms;
         let tags = match delay::level_of(found.delay, levels) {
             Some(level) => delay::schedule(&mut message, level, levels),
-            None => tags,
+            None => match self.timer_due(&message.properties)? {
+                // A timer message waits in the timer queue; its tag code is the due time.
+                Some(due) => timer::schedule(&mut message, due),
+                None => tags,
+            },
         };
         let record = stored::record_with(&message, tags, keys)
             .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e))?;
         Ok((record, uniq_key))
+    }
+
+    /// When a RocketMQ 5 timer message falls due, if it is one and its time is still ahead;
+    /// refused as RocketMQ refuses it (MESSAGE_ILLEGAL) when its time is not a number, too far
+    /// ahead (`timerMaxDelaySec`), or timers are off (`timerWheelEnable=false`).
+    fn timer_due(&self, properties: &str) -> Result<Option<i64>, Refusal> {
+        let config = &self.broker.config;
+        // A message the wheel delivers is not scheduled again.
+        if self.header.topic == timer::TIMER_TOPIC
+            || find_property(properties, property::TIMER_OUT_MS).is_some()
+        {
+            return Ok(None);
+        }
+        let due = timer::due_time(properties, self.now_ms)
+            .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e))?;
+        let Some(due) = due.filter(|due| *due > self.now_ms) else {
+            return Ok(None);
+        };
+        if !config.timer_wheel_enable {
+            return Err(Refusal::new(
+                response_code::MESSAGE_ILLEGAL,
+                "accurate timer message is not enabled, timerWheelEnable is false",
+            ));
+        }
+        let max_ms = config.timer_max_delay_sec.saturating_mul(1_000);
+        if (due - self.now_ms) as u64 > max_ms {
+            let remark = format!(
+                "timer message illegal, the delay time should not be bigger than the max delay \
+                 {max_ms}ms (timerMaxDelaySec={})",
+                config.timer_max_delay_sec
+            );
+            return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+        }
+        Ok(Some(due))
     }
 
     fn stored_properties(&self, raw: &str, found: &SendProperties<'_>) -> (String, String) {

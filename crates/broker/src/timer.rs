@@ -1,0 +1,500 @@
+//! RocketMQ 5 timer messages: a send with TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS (or
+//! the older `__STARTDELIVERTIME`) due in the future is stored in `rmq_sys_wheel_timer`, queue
+//! 0, with its real topic and queue in REAL_TOPIC / REAL_QID and its due time in TIMER_OUT_MS
+//! and as its ConsumeQueue tag code (as RocketMQ's send path does). The wheel task below
+//! delivers each one at its time, stored again in its real topic.
+//!
+//! Durable state: the timer queue itself (in the CommitLog, so replicated and recovered like
+//! any message) is the source of truth. Over it, per-minute bucket files under
+//! `<store>/timer/` hold `(due ms, timer-queue offset)` pairs, so that only the next minutes'
+//! entries are in memory however many wait; a checkpoint (`config/timerCheckpoint.json`)
+//! says how far the queue was indexed into buckets and up to which `(due, offset)` everything
+//! was delivered. After a crash, bucket entries written past the checkpoint are dropped and
+//! the queue is indexed again from it: a message may be delivered twice, never lost.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use quiver_store::{ReadStatus, Record};
+use quiver_wire::message::{find_property, property, StoredMessage};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::clock::now_ms;
+use crate::persist;
+use crate::state::Broker;
+use crate::stored;
+
+pub use quiver_record::TIMER_TOPIC;
+/// RocketMQ's default `timerMaxDelaySec`: 3 days.
+pub const MAX_DELAY_SEC_DEFAULT: u64 = 3 * 24 * 3_600;
+const POLL_INTERVAL_MS: u64 = 100;
+const PERSIST_EVERY_POLLS: u32 = 10;
+const BUCKET_MS: i64 = 60_000;
+/// A bucket is loaded this long before its minute starts, so that loading a full one never
+/// makes its first messages late.
+const LOOKAHEAD_MS: i64 = 5_000;
+/// Entries in memory at most before more buckets are loaded (a broker that was down while
+/// many fell due catches up a bucket at a time).
+const PENDING_MAX: usize = 2_000_000;
+/// Timer-queue entries indexed per round, and messages delivered per append.
+const INDEX_PER_ROUND: u64 = 65_536;
+const DELIVER_PER_APPEND: usize = 256;
+const ENTRY_BYTES: usize = 16;
+
+/// When a send's timer properties say it falls due, or None for no timer. A DELAY level wins
+/// over them (RocketMQ clears them then). Err for a value that is not a number.
+pub fn due_time(properties: &str, now_ms: i64) -> Result<Option<i64>, String> {
+    let number = |name: &str| -> Result<Option<i64>, String> {
+        match find_property(properties, name) {
+            None => Ok(None),
+            Some(text) => text
+                .trim()
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| format!("timer property {name}={text:?} is not a number")),
+        }
+    };
+    if let Some(sec) = number(property::TIMER_DELAY_SEC)? {
+        return Ok(Some(now_ms.saturating_add(sec.saturating_mul(1_000))));
+    }
+    if let Some(ms) = number(property::TIMER_DELAY_MS)? {
+        return Ok(Some(now_ms.saturating_add(ms)));
+    }
+    if let Some(at) = number(property::TIMER_DELIVER_MS)? {
+        return Ok(Some(at));
+    }
+    number(property::START_DELIVER_TIME)
+}
+
+/// Turns `message` into its timer-queue form, due at `due_ms`; returns the tag code to store.
+pub fn schedule(message: &mut StoredMessage, due_ms: i64) -> i64 {
+    let mut properties =
+        stored::with_property(&message.properties, property::REAL_TOPIC, &message.topic);
+    properties = stored::with_property(
+        &properties,
+        property::REAL_QID,
+        &message.queue_id.to_string(),
+    );
+    properties = stored::with_property(&properties, property::TIMER_OUT_MS, &due_ms.to_string());
+    message.properties = properties;
+    message.topic = TIMER_TOPIC.to_string();
+    message.queue_id = 0;
+    due_ms
+}
+
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+struct Checkpoint {
+    /// The next timer-queue offset to index.
+    indexed: u64,
+    /// Everything at or below `(delivered_due, delivered_offset)` was delivered.
+    delivered_due: i64,
+    delivered_offset: u64,
+    /// Whether anything was delivered yet (the pair above means nothing until then).
+    delivered_any: bool,
+}
+
+impl Checkpoint {
+    fn delivered(&self, entry: (i64, u64)) -> bool {
+        self.delivered_any && entry <= (self.delivered_due, self.delivered_offset)
+    }
+}
+
+/// The wheel's state between rounds.
+pub struct Wheel {
+    dir: PathBuf,
+    file: persist::SnapshotFile,
+    state: Checkpoint,
+    persisted: Checkpoint,
+    /// Buckets up to this minute are in `pending` (or were delivered).
+    loaded_through: i64,
+    pending: BTreeSet<(i64, u64)>,
+    /// Bucket files appended to since the last checkpoint, to fsync before it.
+    touched: BTreeSet<i64>,
+}
+
+fn minute(due_ms: i64) -> i64 {
+    due_ms.div_euclid(BUCKET_MS)
+}
+
+impl Wheel {
+    /// Opens the wheel of the store at `store_root`, dropping bucket entries written after the
+    /// last checkpoint (they are indexed again from the queue).
+    pub fn open(store_root: &Path, now_ms: i64) -> io::Result<Wheel> {
+        let dir = store_root.join("timer");
+        fs::create_dir_all(&dir)?;
+        let path = store_root.join("config").join("timerCheckpoint.json");
+        let state = persist::load(&path, |bytes| serde_json::from_slice::<Checkpoint>(bytes))
+            .map_err(io::Error::other)?;
+        let checkpoint_time = fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut first_bucket = None::<i64>;
+        for (bucket, path) in bucket_files(&dir)? {
+            first_bucket = Some(first_bucket.map_or(bucket, |b| b.min(bucket)));
+            let modified = fs::metadata(&path).and_then(|m| m.modified())?;
+            // Written to since (or about when) the checkpoint was: keep what it covers.
+            if modified + Duration::from_secs(2) >= checkpoint_time {
+                let kept: Vec<(i64, u64)> = read_bucket(&path)?
+                    .into_iter()
+                    .filter(|(_, offset)| *offset < state.indexed)
+                    .collect();
+                write_bucket(&path, &kept)?;
+            }
+        }
+        let cursor_minute = if state.delivered_any {
+            minute(state.delivered_due)
+        } else {
+            i64::MAX
+        };
+        let start = first_bucket.unwrap_or(i64::MAX).min(cursor_minute);
+        Ok(Wheel {
+            dir,
+            file: persist::SnapshotFile::new(path),
+            state,
+            persisted: state,
+            loaded_through: if start == i64::MAX {
+                minute(now_ms) - 1
+            } else {
+                start - 1
+            },
+            pending: BTreeSet::new(),
+            touched: BTreeSet::new(),
+        })
+    }
+
+    fn bucket_path(&self, bucket: i64) -> PathBuf {
+        self.dir.join(format!("{bucket}.bucket"))
+    }
+
+    /// Indexes the timer queue's new entries into buckets (and into `pending` for loaded ones).
+    fn index(&mut self, broker: &Broker) -> io::Result<()> {
+        loop {
+            let (codes, next) = broker
+                .store
+                .queue_codes(TIMER_TOPIC, 0, self.state.indexed, INDEX_PER_ROUND)
+                .map_err(io::Error::other)?;
+            if codes.is_empty() {
+                self.state.indexed = self.state.indexed.max(next);
+                return Ok(());
+            }
+            let mut by_bucket: BTreeMap<i64, Vec<(i64, u64)>> = BTreeMap::new();
+            for (offset, due) in codes {
+                // Never below what was delivered: a message indexed late (its time already
+                // past) goes after the cursor, so a restart does not skip it.
+                let due = if self.state.delivered_any {
+                    due.max(self.state.delivered_due)
+                } else {
+                    due
+                };
+                by_bucket
+                    .entry(minute(due))
+                    .or_default()
+                    .push((due, offset));
+                if minute(due) <= self.loaded_through {
+                    self.pending.insert((due, offset));
+                }
+            }
+            for (bucket, entries) in by_bucket {
+                append_bucket(&self.bucket_path(bucket), &entries)?;
+                self.touched.insert(bucket);
+            }
+            self.state.indexed = next;
+        }
+    }
+
+    /// Loads the buckets that start within the lookahead.
+    fn load(&mut self, now: i64) -> io::Result<()> {
+        while self.pending.len() < PENDING_MAX
+            && (self.loaded_through + 1) * BUCKET_MS <= now + LOOKAHEAD_MS
+        {
+            let bucket = self.loaded_through + 1;
+            let path = self.bucket_path(bucket);
+            if path.exists() {
+                for entry in read_bucket(&path)? {
+                    if !self.state.delivered(entry) {
+                        self.pending.insert(entry);
+                    }
+                }
+            }
+            self.loaded_through = bucket;
+        }
+        Ok(())
+    }
+
+    /// Delivers what is due at `now`, in due order, a batch per append.
+    async fn deliver(&mut self, broker: &Broker, now: i64) {
+        loop {
+            let due: Vec<(i64, u64)> = self
+                .pending
+                .iter()
+                .take_while(|(due, _)| *due <= now)
+                .take(DELIVER_PER_APPEND)
+                .copied()
+                .collect();
+            let Some(&last) = due.last() else {
+                return;
+            };
+            let mut records = Vec::with_capacity(due.len());
+            for &(_, offset) in &due {
+                if let Some(record) = real_record(broker, offset, now) {
+                    records.push(record);
+                }
+            }
+            if !records.is_empty() {
+                if let Err(error) = stored::append(&broker.store, records).await {
+                    tracing::warn!(%error, "delivering timer messages failed; will retry");
+                    return;
+                }
+            }
+            for entry in &due {
+                self.pending.remove(entry);
+            }
+            self.state.delivered_any = true;
+            (self.state.delivered_due, self.state.delivered_offset) = last;
+        }
+    }
+
+    /// Makes bucket appends durable, then the checkpoint; then removes buckets wholly
+    /// delivered by the persisted checkpoint.
+    pub fn persist(&mut self) -> io::Result<()> {
+        if self.state == self.persisted {
+            return Ok(());
+        }
+        for bucket in std::mem::take(&mut self.touched) {
+            if let Ok(file) = File::open(self.bucket_path(bucket)) {
+                file.sync_all()?;
+            }
+        }
+        let state = self.state;
+        self.file
+            .write(|| Some(serde_json::to_vec(&state).expect("checkpoint serializes")))?;
+        self.persisted = state;
+        if state.delivered_any {
+            let done_below = minute(state.delivered_due).min(self.loaded_through + 1);
+            for (bucket, path) in bucket_files(&self.dir)? {
+                if bucket < done_below {
+                    fs::remove_file(path)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Messages waiting in memory (the loaded buckets).
+    pub fn pending_in_memory(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// One round: index, load, deliver.
+    pub async fn round(&mut self, broker: &Broker, now: i64) -> io::Result<()> {
+        self.index(broker)?;
+        self.load(now)?;
+        self.deliver(broker, now).await;
+        Ok(())
+    }
+}
+
+/// The timer message at `offset` of the timer queue, rebuilt for its real topic; None when it
+/// cannot be read or rebuilt (logged).
+fn real_record(broker: &Broker, offset: u64, now: i64) -> Option<Record> {
+    let read = match broker
+        .store
+        .read(TIMER_TOPIC, 0, offset, 1, 64 * 1024 * 1024, &|_| true)
+    {
+        Ok(read) if read.status == ReadStatus::Found => read,
+        Ok(read) => {
+            tracing::error!(offset, status = ?read.status, "timer message gone before its time");
+            return None;
+        }
+        Err(error) => {
+            tracing::error!(offset, %error, "cannot read a timer message");
+            return None;
+        }
+    };
+    let rebuilt = StoredMessage::decode(&read.bytes, false)
+        .map_err(|e| e.to_string())
+        .and_then(|(mut message, _)| {
+            let topic = message
+                .property(property::REAL_TOPIC)
+                .ok_or("no REAL_TOPIC property")?;
+            let queue_id: i32 = message
+                .property(property::REAL_QID)
+                .and_then(|q| q.parse().ok())
+                .ok_or("no REAL_QID property")?;
+            let mut properties =
+                stored::without_property(&message.properties, property::REAL_TOPIC);
+            properties = stored::without_property(&properties, property::REAL_QID);
+            properties = stored::with_property(
+                &properties,
+                property::TIMER_ENQUEUE_MS,
+                &message.store_timestamp.to_string(),
+            );
+            properties =
+                stored::with_property(&properties, property::TIMER_DEQUEUE_MS, &now.to_string());
+            message.properties = properties;
+            message.topic = topic;
+            message.queue_id = queue_id;
+            message.store_timestamp = now;
+            message.store_host = broker.store_host;
+            stored::record_of(&message)
+        });
+    match rebuilt {
+        Ok(record) => Some(record),
+        Err(error) => {
+            tracing::error!(offset, %error, "timer message dropped: cannot rebuild it");
+            None
+        }
+    }
+}
+
+/// The wheel task: every 100 ms, indexes new timer messages and delivers the due ones.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let root = broker.config.store_root.clone();
+    let mut wheel = match tokio::task::spawn_blocking(move || Wheel::open(&root, now_ms())).await {
+        Ok(Ok(wheel)) => wheel,
+        Ok(Err(error)) => {
+            tracing::error!(%error, "cannot open the timer wheel: timer messages wait until a restart");
+            return;
+        }
+        Err(error) => {
+            tracing::error!(%error, "timer wheel start failed");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut polls = 0u32;
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tick.tick() => {}
+        }
+        match wheel.round(&broker, now_ms()).await {
+            Ok(()) => failing = false,
+            Err(error) if !failing => {
+                tracing::error!(%error, "timer wheel round failed; retrying");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+        broker.counters.timer_pending.store(
+            wheel.pending_in_memory() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
+            if let Err(error) = wheel.persist() {
+                tracing::error!(%error, "cannot write the timer checkpoint");
+            }
+        }
+    }
+    if let Err(error) = wheel.persist() {
+        tracing::error!(%error, "cannot write the timer checkpoint");
+    }
+}
+
+fn bucket_files(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let bucket = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".bucket"))
+            .and_then(|n| n.parse::<i64>().ok());
+        if let Some(bucket) = bucket {
+            files.push((bucket, path));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// A bucket's entries; a torn last entry (a crash mid-append) is left out.
+fn read_bucket(path: &Path) -> io::Result<Vec<(i64, u64)>> {
+    let mut bytes = Vec::new();
+    File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes
+        .chunks_exact(ENTRY_BYTES)
+        .map(|e| {
+            let due = i64::from_be_bytes(e[..8].try_into().expect("8 bytes"));
+            let offset = u64::from_be_bytes(e[8..].try_into().expect("8 bytes"));
+            (due, offset)
+        })
+        .collect())
+}
+
+fn encode(entries: &[(i64, u64)]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(entries.len() * ENTRY_BYTES);
+    for (due, offset) in entries {
+        bytes.extend_from_slice(&due.to_be_bytes());
+        bytes.extend_from_slice(&offset.to_be_bytes());
+    }
+    bytes
+}
+
+fn append_bucket(path: &Path, entries: &[(i64, u64)]) -> io::Result<()> {
+    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+    // A torn entry from a crash would shift every later one: cut back to whole entries.
+    let len = file.metadata()?.len();
+    if len % ENTRY_BYTES as u64 != 0 {
+        file.set_len(len - len % ENTRY_BYTES as u64)?;
+    }
+    file.write_all(&encode(entries))
+}
+
+fn write_bucket(path: &Path, entries: &[(i64, u64)]) -> io::Result<()> {
+    persist::write_atomically(path, &encode(entries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_times_follow_rocketmqs_precedence() {
+        let now = 1_000_000;
+        assert_eq!(
+            due_time("TIMER_DELAY_SEC\u{1}3\u{2}", now),
+            Ok(Some(1_003_000))
+        );
+        assert_eq!(
+            due_time("TIMER_DELAY_MS\u{1}250\u{2}", now),
+            Ok(Some(1_000_250))
+        );
+        assert_eq!(
+            due_time("TIMER_DELIVER_MS\u{1}1234567\u{2}", now),
+            Ok(Some(1_234_567))
+        );
+        assert_eq!(
+            due_time("__STARTDELIVERTIME\u{1}7654321\u{2}", now),
+            Ok(Some(7_654_321))
+        );
+        assert_eq!(
+            due_time("TIMER_DELIVER_MS\u{1}5\u{2}TIMER_DELAY_SEC\u{1}1\u{2}", now),
+            Ok(Some(1_001_000))
+        );
+        assert_eq!(due_time("TAGS\u{1}a\u{2}", now), Ok(None));
+        assert!(due_time("TIMER_DELAY_MS\u{1}soon\u{2}", now).is_err());
+    }
+
+    #[test]
+    fn a_torn_bucket_entry_is_cut_before_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.bucket");
+        append_bucket(&path, &[(1, 2)]).unwrap();
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(&[9, 9, 9]).unwrap();
+        drop(file);
+        assert_eq!(read_bucket(&path).unwrap(), [(1, 2)]);
+        append_bucket(&path, &[(3, 4)]).unwrap();
+        assert_eq!(read_bucket(&path).unwrap(), [(1, 2), (3, 4)]);
+    }
+}
