@@ -21,6 +21,8 @@ pub mod memory;
 pub mod offsets;
 mod outbound;
 mod persist;
+pub mod pop;
+pub mod pop_revive;
 mod registration;
 pub mod replica_meta;
 pub mod server;

@@ -132,6 +132,10 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
                 broker.clone(),
                 stop.subscribe(),
             )));
+            tasks.push(tokio::spawn(crate::pop_revive::run(
+                broker.clone(),
+                stop.subscribe(),
+            )));
             if broker.config.timer_wheel_enable {
                 tasks.push(tokio::spawn(crate::timer::run(
                     broker.clone(),
@@ -209,6 +213,9 @@ impl RunningBroker {
         }
         if let Err(error) = self.broker.delay_offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist delay offsets");
+        }
+        if let Err(error) = self.broker.pop.persist_if_dirty() {
+            tracing::error!(%error, "could not persist the pop state");
         }
         if let Err(error) = self.broker.memory.close() {
             tracing::error!(%error, "could not write non-persistent queue offsets");

@@ -21,6 +21,7 @@ use crate::locks::QueueLocks;
 use crate::long_poll::PullWaiters;
 use crate::memory::MemoryQueues;
 use crate::offsets::ConsumerOffsets;
+use crate::pop::PopState;
 use crate::topic::{TopicError, TopicTable};
 
 /// Parked pulls at once; each holds a small task and a 15 s timer.
@@ -80,6 +81,8 @@ pub struct Broker {
     pub delay_offsets: DelayOffsets,
     /// The rings of non-persistent topics.
     pub memory: MemoryQueues,
+    /// Pop consumption: modes, cursors and messages in flight.
+    pub pop: PopState,
     /// The address written into records and message ids: reachable `brokerIP1:port`.
     pub store_host: SocketAddr,
     /// Where slaves reach this broker's HA port (registered as `haServerAddr`).
@@ -107,6 +110,8 @@ pub enum StateError {
     DelayOffsets(String),
     #[error(transparent)]
     Memory(#[from] crate::memory::MemoryError),
+    #[error("cannot read the pop state: {0}")]
+    Pop(String),
     #[error("{0}")]
     NonPersistent(String),
 }
@@ -124,6 +129,7 @@ pub struct Persisted {
     pub offsets: ConsumerOffsets,
     pub delay_offsets: DelayOffsets,
     pub memory: MemoryQueues,
+    pub pop: PopState,
 }
 
 impl Persisted {
@@ -163,12 +169,14 @@ impl Persisted {
                 broker_bytes: config.non_persistent_bytes_max,
             },
         )?;
+        let pop = PopState::open(config_dir.join("popState.json")).map_err(StateError::Pop)?;
         let persisted = Persisted {
             store,
             topics,
             offsets,
             delay_offsets,
             memory,
+            pop,
         };
         Ok((persisted, recovery))
     }
@@ -255,6 +263,7 @@ impl Broker {
             offsets,
             delay_offsets,
             memory,
+            pop,
         } = persisted;
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
         let replication = Arc::new(Replication::new(&config));
@@ -276,6 +285,7 @@ impl Broker {
             locks: QueueLocks::default(),
             delay_offsets,
             memory,
+            pop,
             store_host,
             ha_host,
             replication,

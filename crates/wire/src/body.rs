@@ -288,6 +288,84 @@ pub struct MessageQueue {
 }
 
 body_struct! {
+    /// SET_MESSAGE_REQUEST_MODE request (`mqadmin setConsumeMode`), and each entry of the
+    /// GET_ALL_MESSAGE_REQUEST_MODE answer.
+    pub struct SetMessageRequestModeRequestBody {
+        pub topic: String,
+        pub consumer_group: String,
+        /// "PULL" or "POP".
+        pub mode: String,
+        pub pop_share_queue_num: i32,
+    }
+}
+
+body_struct! {
+    /// GET_ALL_MESSAGE_REQUEST_MODE response: topic -> group -> mode.
+    pub struct MessageRequestModeSerializeWrapper {
+        pub message_request_mode_map: BTreeMap<String, BTreeMap<String, SetMessageRequestModeRequestBody>>,
+    }
+}
+
+body_struct! {
+    /// QUERY_ASSIGNMENT request.
+    pub struct QueryAssignmentRequestBody {
+        pub topic: String,
+        pub consumer_group: String,
+        pub client_id: String,
+        pub strategy_name: String,
+        pub message_model: String,
+    }
+}
+
+body_struct! {
+    /// One queue of a QUERY_ASSIGNMENT answer, with how to consume it ("PULL" or "POP").
+    pub struct MessageQueueAssignment {
+        pub message_queue: MessageQueue,
+        pub mode: String,
+    }
+}
+
+body_struct! {
+    /// QUERY_ASSIGNMENT response.
+    pub struct QueryAssignmentResponseBody {
+        pub message_queue_assignments: Vec<MessageQueueAssignment>,
+    }
+}
+
+body_struct! {
+    /// One entry of BATCH_ACK_MESSAGE's body; the short names are what the Java client writes.
+    pub struct BatchAck {
+        #[serde(rename = "c", alias = "consumerGroup")]
+        pub consumer_group: String,
+        #[serde(rename = "t", alias = "topic")]
+        pub topic: String,
+        #[serde(rename = "r", alias = "retry")]
+        pub retry: String,
+        #[serde(rename = "so", alias = "startOffset")]
+        pub start_offset: i64,
+        #[serde(rename = "q", alias = "queueId")]
+        pub queue_id: i32,
+        #[serde(rename = "rq", alias = "reviveQueueId")]
+        pub revive_queue_id: i32,
+        #[serde(rename = "pt", alias = "popTime")]
+        pub pop_time: i64,
+        #[serde(rename = "it", alias = "invisibleTime")]
+        pub invisible_time: i64,
+        /// A Java BitSet's little-endian bytes, base64: bit i acks offset `start_offset + i`.
+        #[serde(rename = "b", alias = "bitSet")]
+        pub bit_set: String,
+    }
+}
+
+body_struct! {
+    /// BATCH_ACK_MESSAGE request.
+    pub struct BatchAckMessageRequestBody {
+        pub broker_name: String,
+        pub acks: Vec<BatchAck>,
+    }
+}
+
+body_struct! {
     /// LOCK_BATCH_MQ / UNLOCK_BATCH_MQ request.
     pub struct LockBatchRequestBody {
         pub client_id: String,

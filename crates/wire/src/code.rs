@@ -65,6 +65,7 @@ pub mod request_code {
     pub const LITE_PULL_MESSAGE: i32 = 361;
     pub const QUERY_ASSIGNMENT: i32 = 400;
     pub const SET_MESSAGE_REQUEST_MODE: i32 = 401;
+    pub const GET_ALL_MESSAGE_REQUEST_MODE: i32 = 402;
     pub const BROKER_HEARTBEAT: i32 = 904;
     pub const POP_MESSAGE: i32 = 200050;
     pub const ACK_MESSAGE: i32 = 200051;
@@ -163,6 +164,7 @@ pub mod request_code {
         (LITE_PULL_MESSAGE, "LITE_PULL_MESSAGE"),
         (QUERY_ASSIGNMENT, "QUERY_ASSIGNMENT"),
         (SET_MESSAGE_REQUEST_MODE, "SET_MESSAGE_REQUEST_MODE"),
+        (GET_ALL_MESSAGE_REQUEST_MODE, "GET_ALL_MESSAGE_REQUEST_MODE"),
         (BROKER_HEARTBEAT, "BROKER_HEARTBEAT"),
         (POP_MESSAGE, "POP_MESSAGE"),
         (ACK_MESSAGE, "ACK_MESSAGE"),

@@ -164,6 +164,7 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
         .persist_if_dirty()
         .map_err(|e| system_error(&e))?;
     broker.memory.remove_topic(topic);
+    broker.pop.remove_topic(topic);
     let deletion = broker
         .store
         .delete_topic(topic)

@@ -22,6 +22,7 @@ mod admin;
 mod client;
 mod lock;
 mod offset;
+mod pop;
 mod pull;
 mod query;
 mod replica;
@@ -143,6 +144,13 @@ fn handler_for(code: i32) -> Option<Handler> {
         GET_ALL_CONSUMER_OFFSET => replica::all_consumer_offset,
         GET_ALL_DELAY_OFFSET => replica::all_delay_offset,
         GET_ALL_SUBSCRIPTIONGROUP_CONFIG => replica::all_subscription_group,
+        SET_MESSAGE_REQUEST_MODE => pop::set_mode,
+        GET_ALL_MESSAGE_REQUEST_MODE => pop::all_modes,
+        QUERY_ASSIGNMENT => pop::query_assignment,
+        POP_MESSAGE => pop::pop,
+        ACK_MESSAGE => pop::ack,
+        BATCH_ACK_MESSAGE => pop::batch_ack,
+        CHANGE_MESSAGE_INVISIBLETIME => pop::change_invisible_time,
         _ => return None,
     })
 }

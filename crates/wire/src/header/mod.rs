@@ -9,6 +9,7 @@ mod admin;
 mod consumer;
 mod namesrv;
 mod offset;
+mod pop;
 mod pull;
 mod send;
 
@@ -16,6 +17,7 @@ pub use admin::*;
 pub use consumer::*;
 pub use namesrv::*;
 pub use offset::*;
+pub use pop::*;
 pub use pull::*;
 pub use send::*;
 

@@ -1,0 +1,635 @@
+//! RocketMQ 5 pop consumption: SET_MESSAGE_REQUEST_MODE (401), GET_ALL_MESSAGE_REQUEST_MODE
+//! (402), QUERY_ASSIGNMENT (400), POP_MESSAGE (200050), ACK_MESSAGE (200051),
+//! CHANGE_MESSAGE_INVISIBLETIME (200053) and BATCH_ACK_MESSAGE (200151). The state they change
+//! is `crate::pop`; reviving unacknowledged messages is `crate::pop_revive`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_store::ReadStatus;
+use quiver_wire::body::{
+    self, BatchAckMessageRequestBody, MessageQueue, MessageQueueAssignment,
+    QueryAssignmentRequestBody, QueryAssignmentResponseBody, SetMessageRequestModeRequestBody,
+};
+use quiver_wire::code::response_code;
+use quiver_wire::header::{
+    ext_or_err, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader,
+};
+use quiver_wire::message::{property, StoredMessage};
+use quiver_wire::{Command, ExtFields};
+
+use super::{answer, Call, Handled, Refusal, Reply};
+use crate::clients::TagFilter;
+use crate::pop::{retry_topic, Claim, QueueKey, MODE_POP, MODE_PULL};
+use crate::state::Broker;
+use crate::topic::{validate_group_name, PERM_READ, RETRY_PREFIX};
+
+/// Java refuses more per pop.
+const POP_MESSAGES_MAX: i32 = 32;
+const POP_BYTES_MAX: u32 = 4 * 1024 * 1024;
+/// Clients time a pop out after pollTime + 10 s; hold no longer than this.
+const POLL_MS_MAX: i64 = 25_000;
+/// The only revive queue: the handle carries it, and Quiver needs no more.
+const REVIVE_QID: i32 = 0;
+/// Retry flags in handles and offset infos: "0" normal topic, "1" pop retry topic (V1 name).
+const NORMAL: &str = "0";
+const RETRY: &str = "1";
+
+pub fn set_mode(call: &Call, request: &Command) -> Handled {
+    let mode: SetMessageRequestModeRequestBody = body::from_json(&request.body)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    if mode.mode != MODE_POP && mode.mode != MODE_PULL {
+        let remark = format!("mode {:?} is not POP or PULL", mode.mode);
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    validate_group_name(&mode.consumer_group)
+        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
+    if mode.topic.starts_with(RETRY_PREFIX) {
+        return Err(Refusal::new(
+            response_code::INVALID_PARAMETER,
+            "retry topics are consumed by pull",
+        ));
+    }
+    tracing::info!(topic = %mode.topic, group = %mode.consumer_group, mode = %mode.mode, "message request mode set");
+    call.broker.pop.set_mode(mode);
+    answer(request.response_to(response_code::SUCCESS))
+}
+
+pub fn all_modes(call: &Call, request: &Command) -> Handled {
+    let modes = call.broker.pop.modes();
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&modes)),
+    )
+}
+
+/// Server-side rebalance. A (topic, group) in pop mode gets queue -1 ("pop from any queue") on
+/// this broker; otherwise the queues are shared out averagely among the group's live clients,
+/// as the client's own AVG strategy would, for pull consumption. Retry topics are always pulled.
+pub fn query_assignment(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
+    let query: QueryAssignmentRequestBody = body::from_json(&request.body)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    let Some(shape) = broker.topics.shape(&query.topic) else {
+        let remark = format!("topic[{}] not exist", query.topic);
+        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
+    };
+    let queue = |queue_id: i32| MessageQueue {
+        topic: query.topic.clone(),
+        broker_name: broker.config.broker_name.clone(),
+        queue_id,
+    };
+    let pop = !query.topic.starts_with(RETRY_PREFIX)
+        && query.message_model != "BROADCASTING"
+        && broker.pop.is_pop(&query.topic, &query.consumer_group);
+    let assignments = if pop {
+        vec![MessageQueueAssignment {
+            message_queue: queue(-1),
+            mode: MODE_POP.into(),
+        }]
+    } else {
+        let queues: Vec<i32> = (0..shape.read_queues.max(0)).collect();
+        let mut clients = broker.clients.consumer_ids(&query.consumer_group);
+        clients.sort();
+        let mine = if query.message_model == "BROADCASTING" {
+            queues
+        } else {
+            match clients.iter().position(|c| *c == query.client_id) {
+                Some(index) => average_share(&queues, index, clients.len()),
+                None => Vec::new(),
+            }
+        };
+        mine.into_iter()
+            .map(|queue_id| MessageQueueAssignment {
+                message_queue: queue(queue_id),
+                mode: MODE_PULL.into(),
+            })
+            .collect()
+    };
+    let body = QueryAssignmentResponseBody {
+        message_queue_assignments: assignments,
+    };
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&body)),
+    )
+}
+
+/// RocketMQ's AllocateMessageQueueAveragely: the share of the client at `index` of `count`.
+fn average_share(queues: &[i32], index: usize, count: usize) -> Vec<i32> {
+    let n = queues.len();
+    if count == 0 || index >= count {
+        return Vec::new();
+    }
+    let remainder = n % count;
+    let size = if n <= count {
+        1
+    } else if remainder > 0 && index < remainder {
+        n / count + 1
+    } else {
+        n / count
+    };
+    let start = if remainder > 0 && index < remainder {
+        index * size
+    } else {
+        index * size + remainder
+    };
+    let range = size.min(n.saturating_sub(start));
+    queues.iter().skip(start).take(range).copied().collect()
+}
+
+/// What one pass over the queues found.
+#[derive(Default)]
+struct Found {
+    body: Vec<u8>,
+    count: usize,
+    start_offsets: Vec<String>,
+    message_offsets: Vec<String>,
+    rest: u64,
+    full: bool,
+}
+
+pub fn pop(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
+    let header = PopMessageRequestHeader::from_ext(ext_or_err(request)?)?;
+    validate_group_name(&header.consumer_group)
+        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
+    if header.max_msg_nums > POP_MESSAGES_MAX || header.max_msg_nums < 1 {
+        let remark = format!(
+            "the max message number of a pop is 1 to {POP_MESSAGES_MAX}, not {}",
+            header.max_msg_nums
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    if header.invisible_time < 1 {
+        return Err(Refusal::new(
+            response_code::INVALID_PARAMETER,
+            "invisibleTime must be positive",
+        ));
+    }
+    let Some(shape) = broker.topics.shape(&header.topic) else {
+        let remark = format!("topic[{}] not exist, apply first please!", header.topic);
+        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
+    };
+    if shape.perm & PERM_READ == 0 {
+        let remark = format!("the topic[{}] peeking message is forbidden", header.topic);
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    if header.queue_id >= shape.read_queues {
+        let remark = format!(
+            "queueId[{}] is illegal, topic {} has {} read queues",
+            header.queue_id, header.topic, shape.read_queues
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    if header
+        .exp_type
+        .as_deref()
+        .is_some_and(|t| !t.eq_ignore_ascii_case("TAG"))
+    {
+        return Err(Refusal::new(
+            response_code::SUBSCRIPTION_PARSE_FAILED,
+            "only TAG expressions are supported; SQL92 filtering is not",
+        ));
+    }
+    let filter = TagFilter::parse(header.exp.as_deref().unwrap_or("*"));
+    let queues: Vec<i32> = if header.queue_id < 0 {
+        let n = shape.read_queues.max(0);
+        let first = broker.pick_queue(n.max(1));
+        (0..n).map(|i| (first + i) % n.max(1)).collect()
+    } else {
+        vec![header.queue_id]
+    };
+    let found = pop_once(broker, &header, &queues, &filter, call.now_ms);
+    if found.count > 0 || header.poll_time <= 0 {
+        return Ok(Reply::Now(pop_response(
+            request.response_to(response_code::SUCCESS),
+            &header,
+            found,
+            call.now_ms,
+        )));
+    }
+    let broker = broker.clone();
+    let response = request.response_to(response_code::SUCCESS);
+    Ok(Reply::Wait(Box::pin(async move {
+        poll(broker, response, header, queues, filter).await
+    })))
+}
+
+/// Waits for a message on any of the queues (or the retry topic) until the poll time runs out,
+/// and pops again after each arrival.
+async fn poll(
+    broker: Arc<Broker>,
+    response: Command,
+    header: PopMessageRequestHeader,
+    queues: Vec<i32>,
+    filter: TagFilter,
+) -> Command {
+    let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
+    let deadline = tokio::time::Instant::now() + hold;
+    let retry = retry_topic(&header.consumer_group, &header.topic);
+    loop {
+        let mut wakes = Vec::new();
+        for queue_id in &queues {
+            let end = broker
+                .store
+                .bounds(&header.topic, *queue_id as u32)
+                .max_offset;
+            wakes.extend(broker.waiters.park(&header.topic, *queue_id as u32, end));
+        }
+        let retry_end = broker.store.bounds(&retry, 0).max_offset;
+        wakes.extend(broker.waiters.park(&retry, 0, retry_end));
+        let now = crate::clock::now_ms();
+        let found = pop_once(&broker, &header, &queues, &filter, now);
+        if found.count > 0 || tokio::time::Instant::now() >= deadline {
+            return pop_response(response, &header, found, now);
+        }
+        let any = std::future::poll_fn(|cx| {
+            for wake in wakes.iter_mut() {
+                if std::pin::Pin::new(wake).poll(cx).is_ready() {
+                    return std::task::Poll::Ready(());
+                }
+            }
+            std::task::Poll::Pending
+        });
+        tokio::select! {
+            _ = any => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = broker.waiters.until_closed() => {
+                let found = pop_once(&broker, &header, &queues, &filter, crate::clock::now_ms());
+                return pop_response(response, &header, found, crate::clock::now_ms());
+            }
+        }
+    }
+}
+
+use std::future::Future;
+
+fn pop_response(
+    mut response: Command,
+    header: &PopMessageRequestHeader,
+    found: Found,
+    now_ms: i64,
+) -> Command {
+    let mut ext = ExtFields::new()
+        .with("popTime", now_ms)
+        .with("invisibleTime", header.invisible_time)
+        .with("reviveQid", REVIVE_QID)
+        .with("restNum", found.rest);
+    if found.count == 0 {
+        response.code = if found.full {
+            response_code::POLLING_FULL
+        } else {
+            response_code::PULL_NOT_FOUND
+        };
+        let remark = if found.full {
+            format!(
+                "the group has as many popped and unacknowledged messages as it may hold \
+                 ({} per queue, {} per group): acknowledge some first",
+                crate::pop::IN_FLIGHT_MAX_PER_QUEUE,
+                crate::pop::IN_FLIGHT_MAX_PER_GROUP
+            )
+        } else {
+            "no new message".to_string()
+        };
+        return response.with_ext(ext).with_remark(remark);
+    }
+    if !found.start_offsets.is_empty() {
+        ext = ext
+            .with("startOffsetInfo", found.start_offsets.join(";"))
+            .with("msgOffsetInfo", found.message_offsets.join(";"));
+    }
+    response.with_ext(ext).with_body(found.body)
+}
+
+/// One pass: the group's pop retry topic first, then the queues in order, up to the pop's
+/// maximum.
+fn pop_once(
+    broker: &Broker,
+    header: &PopMessageRequestHeader,
+    queues: &[i32],
+    filter: &TagFilter,
+    now_ms: i64,
+) -> Found {
+    let mut found = Found::default();
+    let retry = retry_topic(&header.consumer_group, &header.topic);
+    if broker.topics.shape(&retry).is_some() {
+        pop_queue(broker, header, &retry, 0, filter, now_ms, &mut found);
+    }
+    for queue_id in queues {
+        pop_queue(
+            broker,
+            header,
+            &header.topic,
+            *queue_id,
+            filter,
+            now_ms,
+            &mut found,
+        );
+    }
+    found
+}
+
+fn pop_queue(
+    broker: &Broker,
+    header: &PopMessageRequestHeader,
+    topic: &str,
+    queue_id: i32,
+    filter: &TagFilter,
+    now_ms: i64,
+    found: &mut Found,
+) {
+    let bounds = broker.store.bounds(topic, queue_id as u32);
+    let key = QueueKey {
+        group: header.consumer_group.clone(),
+        topic: topic.to_string(),
+        queue_id,
+    };
+    let wanted = (header.max_msg_nums as usize).saturating_sub(found.count);
+    let is_retry = topic != header.topic;
+    if wanted == 0 {
+        let cursor = broker.pop.cursor(&key).unwrap_or(bounds.min_offset);
+        found.rest += bounds.max_offset.saturating_sub(cursor);
+        return;
+    }
+    let init = || {
+        // A group that consumed this queue before (by pull) goes on from its committed offset.
+        let committed = broker
+            .offsets
+            .get(topic, &header.consumer_group, queue_id)
+            .map(|o| o.max(0) as u64);
+        committed.unwrap_or(if header.init_mode == 1 && !is_retry {
+            bounds.max_offset
+        } else {
+            bounds.min_offset
+        })
+    };
+    let mut bytes = Vec::new();
+    let claim = broker
+        .pop
+        .claim(&key, now_ms, header.invisible_time, init, |cursor| {
+            let cursor = cursor.max(bounds.min_offset);
+            if cursor >= bounds.max_offset {
+                return (Vec::new(), cursor);
+            }
+            let accept = |code: i64| is_retry || filter.accepts(code);
+            match broker.store.read(
+                topic,
+                queue_id as u32,
+                cursor,
+                wanted as u32,
+                POP_BYTES_MAX,
+                &accept,
+            ) {
+                Ok(read) => {
+                    let offsets = record_offsets(&read.bytes);
+                    if read.status == ReadStatus::Found {
+                        bytes = read.bytes;
+                    }
+                    (offsets, read.next_offset)
+                }
+                Err(error) => {
+                    tracing::warn!(topic, queue_id, %error, "pop could not read the queue");
+                    (Vec::new(), cursor)
+                }
+            }
+        });
+    let (offsets, low) = match claim {
+        Claim::Full => {
+            found.full = true;
+            return;
+        }
+        Claim::Taken { offsets, low } => (offsets, low),
+    };
+    broker
+        .offsets
+        .commit(topic, &header.consumer_group, queue_id, low as i64);
+    let cursor = broker.pop.cursor(&key).unwrap_or(bounds.max_offset);
+    found.rest += bounds.max_offset.saturating_sub(cursor);
+    if offsets.is_empty() {
+        return;
+    }
+    found.count += offsets.len();
+    broker
+        .counters
+        .messages_got
+        .fetch_add(offsets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    if is_retry {
+        // Handed out under the consumed topic's name, with the handle built here: the client
+        // keeps a POP_CK it finds and acks the retry topic's queue and offset through it.
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let Ok((mut message, size)) = StoredMessage::decode(rest, false) else {
+                break;
+            };
+            rest = &rest[size..];
+            let handle = format!(
+                "{} {} {} {} {} {} {} {}",
+                offsets[0],
+                now_ms,
+                header.invisible_time,
+                REVIVE_QID,
+                RETRY,
+                broker.config.broker_name,
+                queue_id,
+                message.queue_offset
+            );
+            message.topic = header.topic.clone();
+            message.properties =
+                crate::stored::with_property(&message.properties, property::POP_CK, &handle);
+            let _ = message.encode(&mut found.body);
+        }
+    } else {
+        let list: Vec<String> = offsets.iter().map(u64::to_string).collect();
+        found
+            .start_offsets
+            .push(format!("{NORMAL} {queue_id} {}", offsets[0]));
+        found
+            .message_offsets
+            .push(format!("{NORMAL} {queue_id} {}", list.join(",")));
+        found.body.extend_from_slice(&bytes);
+    }
+}
+
+/// The QUEUEOFFSET of each record in a read's bytes.
+fn record_offsets(mut bytes: &[u8]) -> Vec<u64> {
+    let mut offsets = Vec::new();
+    while bytes.len() >= quiver_record::PHYSICAL_OFFSET_AT {
+        let (Some(size), Some(offset)) = (
+            quiver_record::read_i32(bytes, quiver_record::TOTAL_SIZE_AT),
+            quiver_record::read_i64(bytes, quiver_record::QUEUE_OFFSET_AT),
+        ) else {
+            break;
+        };
+        let Some(size) = usize::try_from(size)
+            .ok()
+            .filter(|s| *s > 0 && *s <= bytes.len())
+        else {
+            break;
+        };
+        offsets.push(offset as u64);
+        bytes = &bytes[size..];
+    }
+    offsets
+}
+
+/// The queue a handle points at: the retry topic when its retry flag says so.
+fn handle_key(
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    extra_info: &str,
+) -> Result<QueueKey, Refusal> {
+    let fields: Vec<&str> = extra_info.split(' ').collect();
+    let retry = fields.get(4).copied().ok_or_else(|| {
+        Refusal::new(
+            response_code::INVALID_PARAMETER,
+            format!("extraInfo {extra_info:?} is not a pop receipt handle"),
+        )
+    })?;
+    let real_topic = match retry {
+        NORMAL => topic.to_string(),
+        RETRY => retry_topic(group, topic),
+        other => {
+            return Err(Refusal::new(
+                response_code::INVALID_PARAMETER,
+                format!("unknown retry flag {other:?} in extraInfo"),
+            ))
+        }
+    };
+    Ok(QueueKey {
+        group: group.to_string(),
+        topic: real_topic,
+        queue_id,
+    })
+}
+
+fn acked(broker: &Broker, key: &QueueKey, offset: i64) -> bool {
+    let Ok(offset) = u64::try_from(offset) else {
+        return false;
+    };
+    match broker.pop.ack(key, offset) {
+        Some(low) => {
+            broker
+                .offsets
+                .commit(&key.topic, &key.group, key.queue_id, low as i64);
+            true
+        }
+        None => false,
+    }
+}
+
+pub fn ack(call: &Call, request: &Command) -> Handled {
+    let header = AckMessageRequestHeader::from_ext(ext_or_err(request)?)?;
+    let key = handle_key(
+        &header.consumer_group,
+        &header.topic,
+        header.queue_id,
+        &header.extra_info,
+    )?;
+    // Acked already or revived: as RocketMQ, the ack is answered SUCCESS (an ack that comes
+    // after the revive leaves the retry copy to be consumed once more).
+    acked(call.broker, &key, header.offset);
+    answer(request.response_to(response_code::SUCCESS))
+}
+
+pub fn batch_ack(call: &Call, request: &Command) -> Handled {
+    let batch: BatchAckMessageRequestBody = body::from_json(&request.body)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    for entry in batch.acks {
+        let handle = format!("0 0 0 0 {} - {}", entry.retry, entry.queue_id);
+        let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, &handle)?;
+        let bits = decode_base64(&entry.bit_set).ok_or_else(|| {
+            Refusal::new(response_code::INVALID_PARAMETER, "bit set is not base64")
+        })?;
+        for (byte_index, byte) in bits.iter().enumerate() {
+            for bit in 0..8 {
+                if byte & (1 << bit) != 0 {
+                    let offset = entry.start_offset + (byte_index * 8 + bit) as i64;
+                    acked(call.broker, &key, offset);
+                }
+            }
+        }
+    }
+    answer(request.response_to(response_code::SUCCESS))
+}
+
+pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
+    let header = ChangeInvisibleTimeRequestHeader::from_ext(ext_or_err(request)?)?;
+    let key = handle_key(
+        &header.consumer_group,
+        &header.topic,
+        header.queue_id,
+        &header.extra_info,
+    )?;
+    let changed = u64::try_from(header.offset).is_ok_and(|offset| {
+        call.broker
+            .pop
+            .change_invisible(&key, offset, call.now_ms, header.invisible_time.max(0))
+    });
+    if !changed {
+        return Err(Refusal::new(
+            response_code::NO_MESSAGE,
+            "the message is not in flight: acknowledged already, or its invisible time ran out",
+        ));
+    }
+    let ext = ExtFields::new()
+        .with("popTime", call.now_ms)
+        .with("invisibleTime", header.invisible_time)
+        .with("reviveQid", REVIVE_QID);
+    answer(request.response_to(response_code::SUCCESS).with_ext(ext))
+}
+
+/// Standard base64 (with or without padding), as java.util.Base64 writes a BitSet.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buffer = 0u32;
+    let mut bits = 0;
+    for c in text.bytes().filter(|c| *c != b'=') {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        };
+        buffer = (buffer << 6) | u32::from(value);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buffer >> bits) as u8);
+            buffer &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_average_share_matches_rocketmqs() {
+        let queues: Vec<i32> = (0..8).collect();
+        assert_eq!(average_share(&queues, 0, 3), [0, 1, 2]);
+        assert_eq!(average_share(&queues, 1, 3), [3, 4, 5]);
+        assert_eq!(average_share(&queues, 2, 3), [6, 7]);
+        assert_eq!(average_share(&queues[..2], 2, 3), Vec::<i32>::new());
+    }
+
+    #[test]
+    fn base64_decodes_java_bitsets() {
+        // BitSet {0, 2, 9}: bytes 0b101, 0b10 -> "BQI=".
+        assert_eq!(decode_base64("BQI="), Some(vec![5, 2]));
+        assert_eq!(decode_base64("BQI"), Some(vec![5, 2]));
+        assert_eq!(decode_base64("B*"), None);
+    }
+
+    #[test]
+    fn record_offsets_read_each_records_queue_offset() {
+        assert!(record_offsets(&[]).is_empty());
+    }
+}

@@ -1,0 +1,269 @@
+//! Pop consumption in process: modes and assignments, pops that hand each message out once,
+//! acks, revives through the pop retry topic with the reconsume count raised, the dead-letter
+//! topic past the retry maximum, changed invisible times, and the state across a restart.
+
+mod harness;
+
+use harness::{field, messages, options, Harness};
+use quiver_broker::pop::retry_topic;
+use quiver_broker::pop_revive::revive_due;
+use quiver_testkit::SendOptions;
+use quiver_wire::body::{self, QueryAssignmentResponseBody};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::{AckMessageRequestHeader, PopMessageRequestHeader};
+use quiver_wire::message::{property, StoredMessage};
+use quiver_wire::{Command, Encoding};
+
+const GROUP: &str = "pop_group";
+
+fn json_request(code: i32, body: &str) -> Command {
+    Command::request(code, Encoding::Json).with_body(body.as_bytes().to_vec())
+}
+
+async fn set_pop_mode(h: &Harness, topic: &str) {
+    let body = format!(
+        r#"{{"consumerGroup":"{GROUP}","mode":"POP","popShareQueueNum":0,"topic":"{topic}"}}"#
+    );
+    let answer = h
+        .call(json_request(request_code::SET_MESSAGE_REQUEST_MODE, &body))
+        .await;
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+}
+
+fn pop_request(topic: &str, max: i32, invisible_ms: i64) -> Command {
+    let header = PopMessageRequestHeader {
+        consumer_group: GROUP.into(),
+        topic: topic.into(),
+        queue_id: -1,
+        max_msg_nums: max,
+        invisible_time: invisible_ms,
+        poll_time: 0,
+        born_time: 0,
+        init_mode: 0,
+        exp_type: Some("TAG".into()),
+        exp: Some("*".into()),
+        order: Some(false),
+    };
+    Command::request(request_code::POP_MESSAGE, Encoding::Json).with_ext(header.to_ext())
+}
+
+/// The handle the Java client builds for a message of a pop answer (or finds in POP_CK).
+fn handle(answer: &Command, message: &StoredMessage) -> String {
+    if let Some(handle) = message.property(property::POP_CK) {
+        return handle;
+    }
+    format!(
+        "{} {} {} {} 0 broker-a {} {}",
+        message.queue_offset,
+        field(answer, "popTime"),
+        field(answer, "invisibleTime"),
+        field(answer, "reviveQid"),
+        message.queue_id,
+        message.queue_offset
+    )
+}
+
+async fn ack(h: &Harness, topic: &str, answer: &Command, message: &StoredMessage) {
+    let extra_info = handle(answer, message);
+    let queue_id: i32 = extra_info.split(' ').nth(6).unwrap().parse().unwrap();
+    let header = AckMessageRequestHeader {
+        consumer_group: GROUP.into(),
+        topic: topic.into(),
+        queue_id,
+        extra_info,
+        offset: message.queue_offset,
+    };
+    let request =
+        Command::request(request_code::ACK_MESSAGE, Encoding::Json).with_ext(header.to_ext());
+    assert_eq!(h.call(request).await.code, response_code::SUCCESS);
+}
+
+fn on_queue(queue_id: i32) -> SendOptions {
+    SendOptions {
+        queue_id: Some(queue_id),
+        ..options()
+    }
+}
+
+#[tokio::test]
+async fn a_group_in_pop_mode_is_assigned_every_queue_and_others_share_them_out() {
+    let h = Harness::new();
+    assert_eq!(
+        h.create_topic("Orders", 4).await.code,
+        response_code::SUCCESS
+    );
+    set_pop_mode(&h, "Orders").await;
+    let modes = h
+        .call(Command::request(
+            request_code::GET_ALL_MESSAGE_REQUEST_MODE,
+            Encoding::Json,
+        ))
+        .await;
+    assert!(String::from_utf8_lossy(&modes.body).contains(r#""mode":"POP""#));
+
+    let query = |group: &str| {
+        json_request(
+            request_code::QUERY_ASSIGNMENT,
+            &format!(
+                r#"{{"clientId":"c1","consumerGroup":"{group}","messageModel":"CLUSTERING","strategyName":"AVG","topic":"Orders"}}"#
+            ),
+        )
+    };
+    let answer = h.call(query(GROUP)).await;
+    let body: QueryAssignmentResponseBody = body::from_json(&answer.body).unwrap();
+    assert_eq!(body.message_queue_assignments.len(), 1);
+    assert_eq!(body.message_queue_assignments[0].message_queue.queue_id, -1);
+    assert_eq!(body.message_queue_assignments[0].mode, "POP");
+    // A group in pull mode with no live member gets nothing to pull.
+    let answer = h.call(query("other")).await;
+    let body: QueryAssignmentResponseBody = body::from_json(&answer.body).unwrap();
+    assert!(body.message_queue_assignments.is_empty());
+}
+
+#[tokio::test]
+async fn popped_messages_are_handed_out_once_and_unacked_ones_come_back_through_the_retry_topic() {
+    let mut h = Harness::new();
+    assert_eq!(h.create_topic("Jobs", 2).await.code, response_code::SUCCESS);
+    for i in 0..10 {
+        let sent = h
+            .send("Jobs", format!("job {i}").as_bytes(), &on_queue(i % 2))
+            .await;
+        assert_eq!(sent.code, response_code::SUCCESS);
+    }
+    let first = h.call(pop_request("Jobs", 32, 30_000)).await;
+    assert_eq!(first.code, response_code::SUCCESS, "{:?}", first.remark);
+    let popped = messages(&first);
+    assert_eq!(popped.len(), 10);
+    assert!(!field(&first, "startOffsetInfo").is_empty());
+    assert_eq!(field(&first, "restNum"), "0");
+    // Invisible now: a second pop finds nothing.
+    let second = h.call(pop_request("Jobs", 32, 30_000)).await;
+    assert_eq!(second.code, response_code::PULL_NOT_FOUND);
+
+    // Half are acknowledged; the group's committed offsets stop at the first unacked one.
+    for message in popped.iter().filter(|m| m.queue_id == 0) {
+        ack(&h, "Jobs", &first, message).await;
+    }
+    assert_eq!(h.broker.offsets.get("Jobs", GROUP, 0), Some(5));
+    assert_eq!(h.broker.offsets.get("Jobs", GROUP, 1), Some(0));
+
+    // Their invisible time runs out: the other half comes back, counted once more.
+    h.advance(30_001);
+    revive_due(&h.broker, h.now_ms).await;
+    assert_eq!(
+        h.broker
+            .store
+            .bounds(&retry_topic(GROUP, "Jobs"), 0)
+            .max_offset,
+        5
+    );
+    assert_eq!(h.broker.offsets.get("Jobs", GROUP, 1), Some(5));
+    let again = h.call(pop_request("Jobs", 32, 30_000)).await;
+    let back = messages(&again);
+    assert_eq!(back.len(), 5);
+    for message in &back {
+        assert_eq!(message.topic, "Jobs", "handed out under the consumed topic");
+        assert_eq!(message.reconsume_times, 1);
+        let body = String::from_utf8(message.body.to_vec()).unwrap();
+        let n: i32 = body.trim_start_matches("job ").parse().unwrap();
+        assert_eq!(n % 2, 1, "only the unacked ones: {body}");
+        let handle = message
+            .property(property::POP_CK)
+            .expect("the broker's handle");
+        assert_eq!(handle.split(' ').nth(4), Some("1"), "retry flag: {handle}");
+    }
+    for message in &back {
+        ack(&h, "Jobs", &again, message).await;
+    }
+    h.advance(60_000);
+    revive_due(&h.broker, h.now_ms).await;
+    let done = h.call(pop_request("Jobs", 32, 30_000)).await;
+    assert_eq!(done.code, response_code::PULL_NOT_FOUND, "all acknowledged");
+}
+
+#[tokio::test]
+async fn past_the_retry_maximum_a_message_goes_to_the_dead_letter_topic() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.create_topic("Poison", 1).await.code,
+        response_code::SUCCESS
+    );
+    h.send("Poison", b"never acked", &on_queue(0)).await;
+    for round in 0..=16 {
+        let answer = h.call(pop_request("Poison", 1, 1_000)).await;
+        assert_eq!(answer.code, response_code::SUCCESS, "round {round}");
+        assert_eq!(messages(&answer)[0].reconsume_times, round);
+        h.advance(1_001);
+        revive_due(&h.broker, h.now_ms).await;
+    }
+    let dead = h.pull(&format!("%DLQ%{GROUP}"), "reader", 0, 0).await;
+    let dead = messages(&dead);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(&dead[0].body[..], b"never acked");
+    let empty = h.call(pop_request("Poison", 1, 1_000)).await;
+    assert_eq!(empty.code, response_code::PULL_NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_longer_invisible_time_keeps_a_message_from_coming_back() {
+    let mut h = Harness::new();
+    assert_eq!(h.create_topic("Slow", 1).await.code, response_code::SUCCESS);
+    h.send("Slow", b"slow job", &on_queue(0)).await;
+    let answer = h.call(pop_request("Slow", 1, 10_000)).await;
+    let message = &messages(&answer)[0];
+    let ext = quiver_wire::ExtFields::new()
+        .with("consumerGroup", GROUP)
+        .with("topic", "Slow")
+        .with("queueId", 0)
+        .with("extraInfo", handle(&answer, message))
+        .with("offset", message.queue_offset)
+        .with("invisibleTime", 100_000);
+    let change =
+        Command::request(request_code::CHANGE_MESSAGE_INVISIBLETIME, Encoding::Json).with_ext(ext);
+    let changed = h.call(change).await;
+    assert_eq!(changed.code, response_code::SUCCESS, "{:?}", changed.remark);
+    assert_eq!(field(&changed, "invisibleTime"), "100000");
+    h.advance(60_000);
+    revive_due(&h.broker, h.now_ms).await;
+    assert_eq!(
+        h.broker
+            .store
+            .bounds(&retry_topic(GROUP, "Slow"), 0)
+            .max_offset,
+        0
+    );
+    h.advance(50_000);
+    revive_due(&h.broker, h.now_ms).await;
+    assert_eq!(
+        h.broker
+            .store
+            .bounds(&retry_topic(GROUP, "Slow"), 0)
+            .max_offset,
+        1
+    );
+}
+
+#[tokio::test]
+async fn after_a_restart_acked_messages_stay_acked_and_unacked_ones_come_back() {
+    let h = Harness::new();
+    assert_eq!(h.create_topic("Kept", 1).await.code, response_code::SUCCESS);
+    for i in 0..4 {
+        h.send("Kept", format!("m{i}").as_bytes(), &on_queue(0))
+            .await;
+    }
+    let answer = h.call(pop_request("Kept", 32, 5_000)).await;
+    let popped = messages(&answer);
+    ack(&h, "Kept", &answer, &popped[0]).await;
+    ack(&h, "Kept", &answer, &popped[2]).await;
+    h.broker.pop.persist_if_dirty().unwrap();
+    let start = h.now_ms;
+    let mut h = h.reopen(|_| {});
+    h.now_ms = start;
+    let none = h.call(pop_request("Kept", 32, 5_000)).await;
+    assert_eq!(none.code, response_code::PULL_NOT_FOUND, "still invisible");
+    h.advance(5_001);
+    revive_due(&h.broker, h.now_ms).await;
+    let back = messages(&h.call(pop_request("Kept", 32, 5_000)).await);
+    let bodies: Vec<&[u8]> = back.iter().map(|m| &m.body[..]).collect();
+    assert_eq!(bodies, [b"m1" as &[u8], b"m3"]);
+}
