@@ -86,6 +86,26 @@ pub struct PopState {
     file: persist::SnapshotFile,
     inner: Mutex<Inner>,
     dirty: AtomicBool,
+    /// (topic, group) -> pops and notifications waiting now (POLLING_INFO).
+    polling: Mutex<HashMap<(String, String), usize>>,
+}
+
+/// Counts one waiting pop of a (topic, group) while it lives.
+pub struct Polling<'a> {
+    state: &'a PopState,
+    key: (String, String),
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        let mut polling = self.state.polling.lock().expect("polling lock poisoned");
+        if let Some(count) = polling.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                polling.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// What a claim on a queue found.
@@ -111,6 +131,7 @@ impl PopState {
             file: persist::SnapshotFile::new(path),
             inner: Mutex::new(inner),
             dirty: AtomicBool::new(false),
+            polling: Mutex::new(HashMap::new()),
         })
     }
 
@@ -203,6 +224,27 @@ impl PopState {
     /// The queue's cursor, if a pop started it.
     pub fn cursor(&self, key: &QueueKey) -> Option<u64> {
         self.lock().queues.get(key).map(|q| q.cursor)
+    }
+
+    /// Marks a pop of `group` on `topic` as waiting until the guard drops.
+    pub fn polling(&self, topic: &str, group: &str) -> Polling<'_> {
+        let key = (topic.to_string(), group.to_string());
+        *self
+            .polling
+            .lock()
+            .expect("polling lock poisoned")
+            .entry(key.clone())
+            .or_default() += 1;
+        Polling { state: self, key }
+    }
+
+    /// Pops of `group` waiting on `topic` now.
+    pub fn polling_count(&self, topic: &str, group: &str) -> usize {
+        let polling = self.polling.lock().expect("polling lock poisoned");
+        polling
+            .get(&(topic.to_string(), group.to_string()))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Acknowledges one message. Returns the queue's new low watermark, or None when the

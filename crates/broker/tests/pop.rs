@@ -267,3 +267,79 @@ async fn after_a_restart_acked_messages_stay_acked_and_unacked_ones_come_back() 
     let bodies: Vec<&[u8]> = back.iter().map(|m| &m.body[..]).collect();
     assert_eq!(bodies, [b"m1" as &[u8], b"m3"]);
 }
+
+#[tokio::test]
+async fn peek_shows_what_the_next_pop_would_take_and_takes_nothing() {
+    let h = Harness::new();
+    assert_eq!(
+        h.create_topic("Peeked", 1).await.code,
+        response_code::SUCCESS
+    );
+    for i in 0..3 {
+        h.send("Peeked", format!("p{i}").as_bytes(), &on_queue(0))
+            .await;
+    }
+    let peek = |max: i32| {
+        let ext = quiver_wire::ExtFields::new()
+            .with("consumerGroup", GROUP)
+            .with("topic", "Peeked")
+            .with("queueId", -1)
+            .with("maxMsgNums", max);
+        Command::request(request_code::PEEK_MESSAGE, Encoding::Json).with_ext(ext)
+    };
+    let peeked = h.call(peek(2)).await;
+    assert_eq!(messages(&peeked).len(), 2);
+    assert_eq!(field(&peeked, "restNum"), "1");
+    // Peeking took nothing: a pop still gets all three.
+    let popped = h.call(pop_request("Peeked", 32, 30_000)).await;
+    assert_eq!(messages(&popped).len(), 3);
+    let after = h.call(peek(2)).await;
+    assert_eq!(after.code, response_code::PULL_NOT_FOUND);
+}
+
+#[tokio::test]
+async fn notification_says_whether_there_is_something_to_pop_and_waits_for_it() {
+    let h = Harness::new();
+    assert_eq!(
+        h.create_topic("Notified", 2).await.code,
+        response_code::SUCCESS
+    );
+    let notification = |poll_ms: i64| {
+        let ext = quiver_wire::ExtFields::new()
+            .with("consumerGroup", GROUP)
+            .with("topic", "Notified")
+            .with("queueId", -1)
+            .with("pollTime", poll_ms)
+            .with("bornTime", 0);
+        Command::request(request_code::NOTIFICATION, Encoding::Json).with_ext(ext)
+    };
+    let none = h.call(notification(0)).await;
+    assert_eq!(field(&none, "hasMsg"), "false");
+    let quiver_broker::handler::Reply::Wait(waiting) = h.dispatch(&notification(20_000)) else {
+        panic!("an empty topic with a poll time waits");
+    };
+    let waiting = tokio::spawn(waiting);
+    // The waiting notification counts in POLLING_INFO.
+    let info = || {
+        let ext = quiver_wire::ExtFields::new()
+            .with("consumerGroup", GROUP)
+            .with("topic", "Notified")
+            .with("queueId", -1);
+        Command::request(request_code::POLLING_INFO, Encoding::Json).with_ext(ext)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while field(&h.call(info()).await, "pollingNum") != "1" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the notification never counted as waiting"
+        );
+        tokio::task::yield_now().await;
+    }
+    h.send("Notified", b"here", &on_queue(1)).await;
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("woken by the arrival")
+        .unwrap();
+    assert_eq!(field(&answer, "hasMsg"), "true");
+    assert_eq!(field(&h.call(info()).await, "pollingNum"), "0");
+}

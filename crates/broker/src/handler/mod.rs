@@ -151,6 +151,9 @@ fn handler_for(code: i32) -> Option<Handler> {
         ACK_MESSAGE => pop::ack,
         BATCH_ACK_MESSAGE => pop::batch_ack,
         CHANGE_MESSAGE_INVISIBLETIME => pop::change_invisible_time,
+        PEEK_MESSAGE => pop::peek,
+        NOTIFICATION => pop::notification,
+        POLLING_INFO => pop::polling_info,
         _ => return None,
     })
 }

@@ -73,3 +73,49 @@ ext_header!(ChangeInvisibleTimeRequestHeader {
     offset: req "offset",
     invisible_time: req "invisibleTime",
 });
+
+/// PEEK_MESSAGE (200052).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekMessageRequestHeader {
+    pub consumer_group: String,
+    pub topic: String,
+    pub queue_id: i32,
+    pub max_msg_nums: i32,
+}
+
+ext_header!(PeekMessageRequestHeader {
+    consumer_group: req "consumerGroup",
+    topic: req "topic",
+    queue_id: req "queueId",
+    max_msg_nums: req "maxMsgNums",
+});
+
+/// NOTIFICATION (200054): is there something to pop? Long-polled up to `poll_time`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotificationRequestHeader {
+    pub consumer_group: String,
+    pub topic: String,
+    pub queue_id: i32,
+    pub poll_time: i64,
+}
+
+ext_header!(NotificationRequestHeader {
+    consumer_group: req "consumerGroup",
+    topic: req "topic",
+    queue_id: req "queueId",
+    poll_time: def "pollTime" = 0,
+});
+
+/// POLLING_INFO (200055): how many pops of the group wait on the topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PollingInfoRequestHeader {
+    pub consumer_group: String,
+    pub topic: String,
+    pub queue_id: i32,
+}
+
+ext_header!(PollingInfoRequestHeader {
+    consumer_group: req "consumerGroup",
+    topic: req "topic",
+    queue_id: req "queueId",
+});
