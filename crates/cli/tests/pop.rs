@@ -177,3 +177,106 @@ fn after_kill_9_nothing_unacknowledged_is_lost() {
         seen.intersection(&acked).count()
     );
 }
+
+/// The Rust client's pop consumer: two members of a group share the messages (each once), and
+/// one the listener declines comes back after its invisible time with its reconsume count
+/// raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_pop_consumer_shares_messages_and_gets_declined_ones_again() {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use quiver_client::{
+        Client, ClientConfig, Message, PopConsumer, PopConsumerConfig, Producer, ProducerConfig,
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quiver = common::up_with_config(dir.path(), "");
+    let client = Client::new(ClientConfig::new(&quiver.namesrv().to_string())).expect("client");
+    let broker = quiver.broker().to_string();
+    client
+        .create_topic(&broker, "RustPop", 4)
+        .await
+        .expect("topic");
+    client
+        .set_pop_mode(&broker, "RustPop", "rust_pop", true)
+        .await
+        .expect("pop mode");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.refresh_route("RustPop").await.is_err() {
+        assert!(Instant::now() < deadline, "no route for the topic");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Member -> body -> (times seen, last reconsume count).
+    type Seen = Arc<Mutex<BTreeMap<String, (u32, i32, usize)>>>;
+    let seen: Seen = Arc::default();
+    let mut consumers = Vec::new();
+    for member in 0..2 {
+        let seen = seen.clone();
+        let mut config = PopConsumerConfig::new("rust_pop", "RustPop");
+        config.from_first = true;
+        config.invisible_ms = 2_000;
+        config.poll_ms = 2_000;
+        config.loops = 2;
+        let listener = Arc::new(move |message: &quiver_client::StoredMessage| {
+            let body = String::from_utf8(message.body.to_vec()).unwrap();
+            let mut seen = seen.lock().unwrap();
+            let entry = seen.entry(body.clone()).or_insert((0, 0, member));
+            entry.0 += 1;
+            entry.1 = message.reconsume_times;
+            entry.2 = member;
+            // "declined" is refused the first time.
+            !(body == "declined" && message.reconsume_times == 0)
+        });
+        let consumer = PopConsumer::start(
+            Client::new(ClientConfig::new(&quiver.namesrv().to_string())).expect("client"),
+            config,
+            listener,
+        )
+        .await
+        .expect("pop consumer starts");
+        consumers.push(consumer);
+    }
+    let producer = Producer::new(client.clone(), ProducerConfig::default());
+    for i in 0..200 {
+        producer
+            .send(&Message::new("RustPop", format!("m{i}")))
+            .await
+            .expect("send");
+    }
+    producer
+        .send(&Message::new("RustPop", "declined"))
+        .await
+        .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = {
+            let seen = seen.lock().unwrap();
+            seen.len() == 201 && seen.get("declined").is_some_and(|e| e.1 == 1)
+        };
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "popped so far: {}",
+            seen.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for consumer in consumers {
+        consumer.shutdown().await;
+    }
+    let seen = seen.lock().unwrap();
+    let repeated: Vec<_> = seen
+        .iter()
+        .filter(|(body, entry)| entry.0 != 1 && *body != "declined")
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "handed out more than once: {repeated:?}"
+    );
+    assert_eq!(seen["declined"].0, 2, "declined once, then consumed");
+    let members: std::collections::BTreeSet<usize> = seen.values().map(|e| e.2).collect();
+    assert_eq!(members.len(), 2, "both members popped");
+}

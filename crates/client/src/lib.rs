@@ -6,7 +6,7 @@
 //! uses, with requests pipelined and matched to responses by opaque. On top of it:
 //! [`Producer`] (sync, async, oneway and batch sends), [`PushConsumer`] (clustering, rebalance
 //! across the group, long-polling pulls, periodic offset commits) and [`LitePullConsumer`]
-//! (subscribe or assign, seek, poll).
+//! (subscribe or assign, seek, poll) and [`PopConsumer`] (RocketMQ 5's pop consumption).
 //!
 //! Everything runs on the caller's tokio runtime; time and randomness come from the
 //! [`ClientConfig`], so tests can control them.
@@ -18,6 +18,7 @@ mod connection;
 mod error;
 mod lite_pull;
 mod message;
+mod pop;
 mod producer;
 mod push;
 mod requests;
@@ -32,6 +33,7 @@ pub use connection::{Connection, ConnectionLimits, ServerRequest};
 pub use error::ClientError;
 pub use lite_pull::{LitePullConfig, LitePullConsumer};
 pub use message::{Message, SendResult, SendStatus};
+pub use pop::{PopConsumer, PopConsumerConfig, PopListener};
 pub use producer::{Producer, ProducerConfig, BATCH_MESSAGES_MAX, RETRY_CODES};
 pub use push::{ConsumeFrom, PushConsumer, PushConsumerConfig};
 pub use quiver_wire::body::MessageQueue;
