@@ -74,6 +74,10 @@ pub struct BrokerConfig {
     pub timer_wheel_enable: bool,
     /// `timerMaxDelaySec`: how far ahead a timer message may be due.
     pub timer_max_delay_sec: u64,
+    /// `popInflightMaxPerQueue`, `popInflightMaxPerGroup`: popped and unacknowledged messages
+    /// a group may hold per queue and in all.
+    pub pop_in_flight_max_per_queue: usize,
+    pub pop_in_flight_max_per_group: usize,
     /// `nonPersistentTopics`: topics made non-persistent at start (created when missing).
     pub non_persistent_topics: Vec<String>,
     /// `nonPersistentQueueBytes`: a non-persistent queue's ring holds at most this much.
@@ -129,6 +133,8 @@ impl Default for BrokerConfig {
             delay_levels_ms: crate::delay::DEFAULT_LEVELS_MS.to_vec(),
             timer_wheel_enable: true,
             timer_max_delay_sec: crate::timer::MAX_DELAY_SEC_DEFAULT,
+            pop_in_flight_max_per_queue: crate::pop::IN_FLIGHT_MAX_PER_QUEUE,
+            pop_in_flight_max_per_group: crate::pop::IN_FLIGHT_MAX_PER_GROUP,
             non_persistent_topics: Vec::new(),
             non_persistent_queue_bytes: 16 * 1024 * 1024,
             non_persistent_bytes_max: 256 * 1024 * 1024,
@@ -355,6 +361,14 @@ impl BrokerConfig {
             ),
             ("timerWheelEnable", self.timer_wheel_enable.to_string()),
             ("timerMaxDelaySec", self.timer_max_delay_sec.to_string()),
+            (
+                "popInflightMaxPerQueue",
+                self.pop_in_flight_max_per_queue.to_string(),
+            ),
+            (
+                "popInflightMaxPerGroup",
+                self.pop_in_flight_max_per_group.to_string(),
+            ),
             ("nonPersistentTopics", self.non_persistent_topics.join(",")),
             (
                 "nonPersistentQueueBytes",
@@ -484,6 +498,12 @@ impl BrokerConfig {
                 "timerWheelEnable" => self.timer_wheel_enable = field.boolean()?,
                 "timerMaxDelaySec" => {
                     self.timer_max_delay_sec = field.number(1, 10 * 365 * 86_400)?
+                }
+                "popInflightMaxPerQueue" => {
+                    self.pop_in_flight_max_per_queue = field.number(1, 10_000_000)?
+                }
+                "popInflightMaxPerGroup" => {
+                    self.pop_in_flight_max_per_group = field.number(1, 100_000_000)?
                 }
                 "nonPersistentTopics" => {
                     let mut topics = Vec::new();

@@ -22,11 +22,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::persist;
 
-/// Messages handed out and not acknowledged, per queue of a group: past it the queue is
-/// skipped by pops (POLLING_FULL when nothing else is found) until acks or revives free room.
+/// Messages handed out and not acknowledged, per queue of a group (`popInflightMaxPerQueue`):
+/// past it the queue is skipped by pops (POLLING_FULL when nothing else is found) until acks
+/// or revives free room.
 pub const IN_FLIGHT_MAX_PER_QUEUE: usize = 20_000;
-/// The same for all queues of one group.
+/// The same for all queues of one group (`popInflightMaxPerGroup`).
 pub const IN_FLIGHT_MAX_PER_GROUP: usize = 200_000;
+
+/// The in-flight limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub per_queue: usize,
+    pub per_group: usize,
+}
 /// RocketMQ's default for a group's retries before the dead-letter topic.
 pub const RETRY_MAX_DEFAULT: i32 = 16;
 pub const MODE_POP: &str = "POP";
@@ -55,6 +63,14 @@ struct Flight {
 struct PopQueue {
     cursor: u64,
     in_flight: BTreeMap<u64, Flight>,
+    /// Popped in order: the queue is handed to nobody else while any of its messages is in
+    /// flight, and one not acknowledged in time is popped again from the same queue (not
+    /// revived through the retry topic), so the order holds.
+    #[serde(default)]
+    ordered: bool,
+    /// Ordered queues: how many times each offset was handed out before (orderCountInfo).
+    #[serde(default)]
+    attempts: BTreeMap<u64, i32>,
 }
 
 impl PopQueue {
@@ -83,6 +99,7 @@ struct Inner {
 }
 
 pub struct PopState {
+    pub limits: Limits,
     file: persist::SnapshotFile,
     inner: Mutex<Inner>,
     dirty: AtomicBool,
@@ -117,7 +134,7 @@ pub enum Claim {
 }
 
 impl PopState {
-    pub fn open(path: PathBuf) -> Result<PopState, String> {
+    pub fn open(path: PathBuf, limits: Limits) -> Result<PopState, String> {
         let snapshot: Snapshot = persist::load(&path, body::from_json::<Snapshot>)?;
         let inner = Inner {
             queues: snapshot.queues.into_iter().collect(),
@@ -128,6 +145,7 @@ impl PopState {
                 .collect(),
         };
         Ok(PopState {
+            limits,
             file: persist::SnapshotFile::new(path),
             inner: Mutex::new(inner),
             dirty: AtomicBool::new(false),
@@ -175,17 +193,19 @@ impl PopState {
         wrapper
     }
 
-    /// Hands out messages of one queue: `read(cursor)` reads from the cursor (the queue's
-    /// first pop starts at `init()`) and returns the offsets found and the offset after the
-    /// last one scanned; they become invisible until `now + invisible_ms`. Runs under the
+    /// Hands out messages of one queue: `read(cursor, room)` reads at most `room` messages
+    /// (what the in-flight limits leave) from the cursor (the queue's first pop starts at
+    /// `init()`) and returns the offsets found and the offset after the last one scanned; they become invisible until `now + invisible_ms`. Runs under the
     /// state's lock, so two pops never hand out the same message.
+    #[allow(clippy::too_many_arguments)]
     pub fn claim(
         &self,
         key: &QueueKey,
         now_ms: i64,
         invisible_ms: i64,
+        ordered: bool,
         init: impl FnOnce() -> u64,
-        read: impl FnOnce(u64) -> (Vec<u64>, u64),
+        read: impl FnOnce(u64, usize) -> (Vec<u64>, u64),
     ) -> Claim {
         let mut inner = self.lock();
         let group_in_flight: usize = inner
@@ -194,17 +214,27 @@ impl PopState {
             .filter(|(k, _)| k.group == key.group)
             .map(|(_, q)| q.in_flight.len())
             .sum();
-        if group_in_flight >= IN_FLIGHT_MAX_PER_GROUP {
+        if group_in_flight >= self.limits.per_group {
             return Claim::Full;
         }
         let queue = inner.queues.entry(key.clone()).or_insert_with(|| PopQueue {
             cursor: init(),
-            in_flight: BTreeMap::new(),
+            ..PopQueue::default()
         });
-        if queue.in_flight.len() >= IN_FLIGHT_MAX_PER_QUEUE {
+        if ordered && !queue.in_flight.is_empty() {
+            // Held by the consumer that popped it until it acknowledges.
+            return Claim::Taken {
+                offsets: Vec::new(),
+                low: queue.low_watermark(),
+            };
+        }
+        if queue.in_flight.len() >= self.limits.per_queue {
             return Claim::Full;
         }
-        let (offsets, next) = read(queue.cursor);
+        queue.ordered = ordered;
+        let room = (self.limits.per_queue - queue.in_flight.len())
+            .min(self.limits.per_group - group_in_flight);
+        let (offsets, next) = read(queue.cursor, room);
         let flight = Flight {
             deadline_ms: now_ms.saturating_add(invisible_ms),
             pop_time_ms: now_ms,
@@ -219,6 +249,39 @@ impl PopState {
             self.changed();
         }
         Claim::Taken { offsets, low }
+    }
+
+    /// How many times each of `offsets` was handed out before (ordered queues).
+    pub fn attempts(&self, key: &QueueKey, offsets: &[u64]) -> Vec<i32> {
+        let inner = self.lock();
+        let queue = inner.queues.get(key);
+        offsets
+            .iter()
+            .map(|o| queue.and_then(|q| q.attempts.get(o)).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// Ordered queues whose popped messages ran out of invisible time: popped again from the
+    /// first of them, each counted once more. Returns each such queue's low watermark.
+    pub fn expire_ordered(&self, now_ms: i64) -> Vec<(QueueKey, u64)> {
+        let mut inner = self.lock();
+        let mut lows = Vec::new();
+        for (key, queue) in inner.queues.iter_mut() {
+            if !queue.ordered || !queue.in_flight.values().any(|f| f.deadline_ms <= now_ms) {
+                continue;
+            }
+            let first = *queue.in_flight.keys().next().expect("in flight");
+            for offset in queue.in_flight.keys() {
+                *queue.attempts.entry(*offset).or_default() += 1;
+            }
+            queue.in_flight.clear();
+            queue.cursor = queue.cursor.min(first);
+            lows.push((key.clone(), queue.low_watermark()));
+        }
+        if !lows.is_empty() {
+            self.changed();
+        }
+        lows
     }
 
     /// The queue's cursor, if a pop started it.
@@ -253,6 +316,7 @@ impl PopState {
         let mut inner = self.lock();
         let queue = inner.queues.get_mut(key)?;
         queue.in_flight.remove(&offset)?;
+        queue.attempts.remove(&offset);
         let low = queue.low_watermark();
         self.changed();
         Some(low)
@@ -284,7 +348,7 @@ impl PopState {
     pub fn expired(&self, now_ms: i64, max: usize) -> Vec<(QueueKey, u64)> {
         let inner = self.lock();
         let mut out = Vec::new();
-        for (key, queue) in &inner.queues {
+        for (key, queue) in inner.queues.iter().filter(|(_, q)| !q.ordered) {
             for (offset, flight) in &queue.in_flight {
                 if flight.deadline_ms <= now_ms {
                     out.push((key.clone(), *offset));

@@ -49,6 +49,11 @@ async fn persist(broker: &Arc<Broker>) {
 
 /// Revives what is past its deadline at `now_ms`, a batch per append until none is left.
 pub async fn revive_due(broker: &Broker, now_ms: i64) {
+    for (key, low) in broker.pop.expire_ordered(now_ms) {
+        broker
+            .offsets
+            .commit(&key.topic, &key.group, key.queue_id, low as i64);
+    }
     loop {
         let expired = broker.pop.expired(now_ms, REVIVE_PER_ROUND);
         if expired.is_empty() {

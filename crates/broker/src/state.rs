@@ -169,7 +169,14 @@ impl Persisted {
                 broker_bytes: config.non_persistent_bytes_max,
             },
         )?;
-        let pop = PopState::open(config_dir.join("popState.json")).map_err(StateError::Pop)?;
+        let pop = PopState::open(
+            config_dir.join("popState.json"),
+            crate::pop::Limits {
+                per_queue: config.pop_in_flight_max_per_queue,
+                per_group: config.pop_in_flight_max_per_group,
+            },
+        )
+        .map_err(StateError::Pop)?;
         let persisted = Persisted {
             store,
             topics,

@@ -31,6 +31,10 @@ async fn set_pop_mode(h: &Harness, topic: &str) {
 }
 
 fn pop_request(topic: &str, max: i32, invisible_ms: i64) -> Command {
+    pop_request_with(topic, max, invisible_ms, false)
+}
+
+fn pop_request_with(topic: &str, max: i32, invisible_ms: i64, order: bool) -> Command {
     let header = PopMessageRequestHeader {
         consumer_group: GROUP.into(),
         topic: topic.into(),
@@ -42,7 +46,7 @@ fn pop_request(topic: &str, max: i32, invisible_ms: i64) -> Command {
         init_mode: 0,
         exp_type: Some("TAG".into()),
         exp: Some("*".into()),
-        order: Some(false),
+        order: Some(order),
     };
     Command::request(request_code::POP_MESSAGE, Encoding::Json).with_ext(header.to_ext())
 }
@@ -342,4 +346,75 @@ async fn notification_says_whether_there_is_something_to_pop_and_waits_for_it() 
         .unwrap();
     assert_eq!(field(&answer, "hasMsg"), "true");
     assert_eq!(field(&h.call(info()).await, "pollingNum"), "0");
+}
+
+#[tokio::test]
+async fn past_the_in_flight_limit_a_pop_is_told_why() {
+    let h = Harness::with_config("popInflightMaxPerQueue=3\npopInflightMaxPerGroup=5\n");
+    assert_eq!(
+        h.create_topic("Limited", 2).await.code,
+        response_code::SUCCESS
+    );
+    for i in 0..10 {
+        h.send("Limited", b"x", &on_queue(i % 2)).await;
+    }
+    // 3 from one queue (its limit), then 2 from the other (the group's limit of 5).
+    let first = h.call(pop_request("Limited", 32, 30_000)).await;
+    let held = messages(&first);
+    assert_eq!(held.len(), 5);
+    let full = h.call(pop_request("Limited", 32, 30_000)).await;
+    assert_eq!(full.code, response_code::POLLING_FULL, "{:?}", full.remark);
+    assert!(full.remark.unwrap().contains("popInflightMaxPerGroup"));
+    // Acknowledging one frees room for one.
+    ack(&h, "Limited", &first, &held[0]).await;
+    let one = h.call(pop_request("Limited", 32, 30_000)).await;
+    assert_eq!(messages(&one).len(), 1);
+}
+
+#[tokio::test]
+async fn an_ordered_pop_holds_the_queue_until_acked_and_pops_again_in_order_after_a_timeout() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.create_topic("Ordered", 1).await.code,
+        response_code::SUCCESS
+    );
+    for i in 0..6 {
+        h.send("Ordered", format!("o{i}").as_bytes(), &on_queue(0))
+            .await;
+    }
+    let bodies = |answer: &Command| -> Vec<String> {
+        messages(answer)
+            .iter()
+            .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+            .collect()
+    };
+    let first = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
+    assert_eq!(bodies(&first), ["o0", "o1"]);
+    // The queue is held while o0 and o1 are in flight: nobody else gets o2 yet.
+    let held = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
+    assert_eq!(held.code, response_code::PULL_NOT_FOUND);
+    // Not acknowledged in time: popped again from the same queue, in order, counted.
+    h.advance(5_001);
+    revive_due(&h.broker, h.now_ms).await;
+    let again = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
+    assert_eq!(bodies(&again), ["o0", "o1"]);
+    assert!(
+        field(&again, "orderCountInfo").contains("qo0%0 1"),
+        "{:?}",
+        again.ext
+    );
+    assert_eq!(
+        h.broker
+            .store
+            .bounds(&retry_topic(GROUP, "Ordered"), 0)
+            .max_offset,
+        0
+    );
+    let popped = messages(&again);
+    for message in &popped {
+        ack(&h, "Ordered", &again, message).await;
+    }
+    let next = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
+    assert_eq!(bodies(&next), ["o2", "o3"]);
+    assert!(field(&next, "orderCountInfo").contains("qo0%2 0"));
 }

@@ -149,6 +149,8 @@ struct Found {
     count: usize,
     start_offsets: Vec<String>,
     message_offsets: Vec<String>,
+    /// Ordered pops: how many times each message was handed out before.
+    order_counts: Vec<String>,
     rest: u64,
     full: bool,
 }
@@ -211,6 +213,7 @@ pub fn pop(call: &Call, request: &Command) -> Handled {
             &header,
             found,
             call.now_ms,
+            broker.pop.limits,
         )));
     }
     let broker = broker.clone();
@@ -247,7 +250,7 @@ async fn poll(
         let now = crate::clock::now_ms();
         let found = pop_once(&broker, &header, &queues, &filter, now);
         if found.count > 0 || tokio::time::Instant::now() >= deadline {
-            return pop_response(response, &header, found, now);
+            return pop_response(response, &header, found, now, broker.pop.limits);
         }
         let any = std::future::poll_fn(|cx| {
             for wake in wakes.iter_mut() {
@@ -262,7 +265,7 @@ async fn poll(
             _ = tokio::time::sleep_until(deadline) => {}
             _ = broker.waiters.until_closed() => {
                 let found = pop_once(&broker, &header, &queues, &filter, crate::clock::now_ms());
-                return pop_response(response, &header, found, crate::clock::now_ms());
+                return pop_response(response, &header, found, crate::clock::now_ms(), broker.pop.limits);
             }
         }
     }
@@ -275,6 +278,7 @@ fn pop_response(
     header: &PopMessageRequestHeader,
     found: Found,
     now_ms: i64,
+    limits: crate::pop::Limits,
 ) -> Command {
     let mut ext = ExtFields::new()
         .with("popTime", now_ms)
@@ -290,9 +294,9 @@ fn pop_response(
         let remark = if found.full {
             format!(
                 "the group has as many popped and unacknowledged messages as it may hold \
-                 ({} per queue, {} per group): acknowledge some first",
-                crate::pop::IN_FLIGHT_MAX_PER_QUEUE,
-                crate::pop::IN_FLIGHT_MAX_PER_GROUP
+                 ({} per queue, {} per group; popInflightMaxPerQueue, popInflightMaxPerGroup): \
+                 acknowledge some first",
+                limits.per_queue, limits.per_group
             )
         } else {
             "no new message".to_string()
@@ -303,6 +307,9 @@ fn pop_response(
         ext = ext
             .with("startOffsetInfo", found.start_offsets.join(";"))
             .with("msgOffsetInfo", found.message_offsets.join(";"));
+    }
+    if !found.order_counts.is_empty() {
+        ext = ext.with("orderCountInfo", found.order_counts.join(";"));
     }
     response.with_ext(ext).with_body(found.body)
 }
@@ -352,6 +359,7 @@ fn pop_queue(
     };
     let wanted = (header.max_msg_nums as usize).saturating_sub(found.count);
     let is_retry = topic != header.topic;
+    let ordered = header.order.unwrap_or(false) && !is_retry;
     if wanted == 0 {
         let cursor = broker.pop.cursor(&key).unwrap_or(bounds.min_offset);
         found.rest += bounds.max_offset.saturating_sub(cursor);
@@ -370,9 +378,14 @@ fn pop_queue(
         })
     };
     let mut bytes = Vec::new();
-    let claim = broker
-        .pop
-        .claim(&key, now_ms, header.invisible_time, init, |cursor| {
+    let claim = broker.pop.claim(
+        &key,
+        now_ms,
+        header.invisible_time,
+        ordered,
+        init,
+        |cursor, room| {
+            let wanted = wanted.min(room);
             let cursor = cursor.max(bounds.min_offset);
             if cursor >= bounds.max_offset {
                 return (Vec::new(), cursor);
@@ -398,7 +411,8 @@ fn pop_queue(
                     (Vec::new(), cursor)
                 }
             }
-        });
+        },
+    );
     let (offsets, low) = match claim {
         Claim::Full => {
             found.full = true;
@@ -452,6 +466,14 @@ fn pop_queue(
         found
             .message_offsets
             .push(format!("{NORMAL} {queue_id} {}", list.join(",")));
+        if ordered {
+            let attempts = broker.pop.attempts(&key, &offsets);
+            for (offset, count) in offsets.iter().zip(attempts) {
+                found
+                    .order_counts
+                    .push(format!("{NORMAL} qo{queue_id}%{offset} {count}"));
+            }
+        }
         found.body.extend_from_slice(&bytes);
     }
 }
