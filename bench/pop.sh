@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Pop consumption throughput, Quiver against Apache RocketMQ 5.5.0 in the same run on this
+# machine: a topic of 8 queues is filled with MESSAGES messages of 1 KiB (`quiver bench produce`),
+# then for each consumer count a new group is switched to POP with the unchanged mqadmin
+# (`setConsumeMode -m POP`) and bench/rocketmq/PopBench.java pops and acknowledges the whole topic
+# with that many DefaultMQPushConsumer instances (clientRebalance=false, 20 consume threads and 32
+# messages per pop each, as the 5.5.0 client defaults). Prints pop+ack messages per second and
+# the broker's CPU seconds per 100,000 messages.
+#
+#   bench/pop.sh                          # 100,000 messages, 4 and 16 consumers
+#   MESSAGES=20000 CONSUMERS="4" SYSTEMS=quiver bench/pop.sh
+#
+# Each system runs in a private network namespace holding only `lo` (needs root), as
+# bench/compare.sh. Not run in CI.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+M2="$REPO/.cache/m2"
+MESSAGES=${MESSAGES:-100000}
+CONSUMERS=${CONSUMERS:-"4 16"}
+SYSTEMS=${SYSTEMS:-"quiver rocketmq"}
+TOPIC=PopBench
+
+for tool in java javac mvn unshare nsenter ip; do
+  command -v "$tool" >/dev/null || { echo "pop.sh: $tool is required" >&2; exit 2; }
+done
+[ "$(id -u)" = 0 ] || { echo "pop.sh: run as root (unshare -n needs it)" >&2; exit 2; }
+
+WORK="$(mktemp -d /tmp/quiver-pop.XXXXXX)"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ -z "${QUIVER:-}" ]; then
+  echo "== building quiver (release)"
+  cargo build --release -p quiver --manifest-path "$REPO/Cargo.toml" >/dev/null
+  QUIVER="$REPO/target/release/quiver"
+fi
+cp "$QUIVER" "$WORK/quiver-bin"
+QUIVER="$WORK/quiver-bin"
+
+echo "== resolving Apache RocketMQ 5.5.0 into $M2"
+mvn -q -f "$REPO/bench/rocketmq/pom.xml" -Dmaven.repo.local="$M2" \
+  dependency:build-classpath -Dmdep.outputFile="$WORK/classpath.txt" >/dev/null
+CP="$(cat "$WORK/classpath.txt")"
+mkdir -p "$WORK/classes"
+javac -nowarn -cp "$CP" -d "$WORK/classes" "$REPO/bench/rocketmq/PopBench.java"
+
+new_namespace() {
+  unshare -n sleep infinity >/dev/null 2>&1 &
+  NS=$!
+  PIDS+=("$NS")
+  for _ in $(seq 50); do
+    [ "$(readlink "/proc/$NS/ns/net")" != "$(readlink /proc/self/ns/net)" ] && break
+    sleep 0.05
+  done
+  nsenter -t "$NS" -n ip link set lo up
+}
+
+wait_for_line() { # FILE PATTERN SECONDS
+  local file=$1 pattern=$2 seconds=$3
+  for _ in $(seq $((seconds * 10))); do
+    grep -q "$pattern" "$file" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "pop.sh: no \"$pattern\" in $file after ${seconds}s:" >&2
+  tail -20 "$file" >&2
+  exit 1
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ROWS="$WORK/rows.txt"
+: >"$ROWS"
+
+for system in $SYSTEMS; do
+  new_namespace
+  holder=$NS
+  home="$WORK/$system"
+  mkdir -p "$home"
+  cat >"$home/logback.xml" <<EOF2
+<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>$home/java.log</file>
+    <encoder><pattern>%d %p %c{1} - %m%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="FILE"/></root>
+</configuration>
+EOF2
+  java=(nsenter -t "$holder" -n java -Duser.home="$home" -Drocketmq.home.dir="$home"
+    -Dlogback.configurationFile="$home/logback.xml" -cp "$CP:$WORK/classes")
+  case $system in
+    quiver)
+      nsenter -t "$holder" -n "$QUIVER" up --data "$home/data" --namesrv-port 9876 --broker-port 10911 \
+        >"$home/quiver.out" 2>"$home/quiver.log" &
+      broker=$!
+      PIDS+=("$broker")
+      wait_for_line "$home/quiver.out" '^ready' 30
+      ;;
+    rocketmq)
+      printf 'listenPort=9876\nbindAddress=127.0.0.1\n' >"$home/namesrv.conf"
+      cat >"$home/broker.conf" <<EOF2
+brokerClusterName=DefaultCluster
+brokerName=broker-a
+brokerId=0
+brokerIP1=127.0.0.1
+bindAddress=127.0.0.1
+listenPort=10911
+namesrvAddr=127.0.0.1:9876
+flushDiskType=ASYNC_FLUSH
+storePathRootDir=$home/store
+EOF2
+      "${java[@]}" -Xms256m -Xmx256m org.apache.rocketmq.namesrv.NamesrvStartup -c "$home/namesrv.conf" \
+        >"$home/namesrv.out" 2>&1 &
+      PIDS+=($!)
+      wait_for_line "$home/namesrv.out" 'boot success' 60
+      "${java[@]}" -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g -XX:+UseG1GC \
+        org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf" >"$home/broker.out" 2>&1 &
+      broker=$!
+      PIDS+=("$broker")
+      wait_for_line "$home/broker.out" 'boot success' 120
+      ;;
+    *) echo "pop.sh: unknown system $system" >&2; exit 2 ;;
+  esac
+  mqadmin() { "${java[@]}" org.apache.rocketmq.tools.command.MQAdminStartup "$@" -n 127.0.0.1:9876; }
+  for _ in $(seq 60); do
+    if mqadmin updateTopic -c DefaultCluster -t "$TOPIC" -r 8 -w 8 >"$home/updateTopic.out" 2>&1 \
+      && grep -q success "$home/updateTopic.out"; then
+      break
+    fi
+    sleep 1
+  done
+  grep -q success "$home/updateTopic.out" || { cat "$home/updateTopic.out" >&2; exit 1; }
+  echo "== $system: filling $TOPIC with $MESSAGES messages of 1 KiB"
+  nsenter -t "$holder" -n "$QUIVER" bench produce -n 127.0.0.1:9876 -t "$TOPIC" -s 1024 -w 64 \
+    --messages "$MESSAGES" --report-interval 5 >"$home/fill.txt" 2>&1
+  for consumers in $CONSUMERS; do
+    group="pop_bench_${consumers}_$RANDOM"
+    mqadmin setConsumeMode -c DefaultCluster -t "$TOPIC" -g "$group" -m POP -q 0 >"$home/mode-$consumers.out" 2>&1
+    grep -q success "$home/mode-$consumers.out" || { cat "$home/mode-$consumers.out" >&2; exit 1; }
+    echo "== $system: $consumers pop consumers"
+    before=$(cpu_ticks "$broker")
+    "${java[@]}" -Xmx1g PopBench 127.0.0.1:9876 "$TOPIC" "$group" "$consumers" "$MESSAGES" 300 \
+      >"$home/pop-$consumers.out" 2>&1
+    after=$(cpu_ticks "$broker")
+    line=$(grep '^consumers=' "$home/pop-$consumers.out")
+    tps=$(echo "$line" | sed 's/.*tps=//')
+    count=$(echo "$line" | sed 's/.*consumed=\([0-9]*\).*/\1/')
+    cpu=$(awk -v t=$((after - before)) -v n="$count" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN { if (n > 0) printf "%.2f", t / hz / n * 100000; else print "-" }')
+    echo "| $system | $consumers | $line | $cpu |" | tee -a "$ROWS"
+  done
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  PIDS=()
+done
+
+echo
+echo "| system | consumers | PopBench | broker CPU s / 100k messages |"
+echo "|---|---|---|---|"
+cat "$ROWS"
