@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Why a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stop {
     /// `--duration` passed or `--messages` were all sent.
     Goal,
