@@ -53,7 +53,9 @@ pub struct SoakArgs {
     /// Concurrent senders, each with one send in flight.
     #[arg(short = 'w', long = "threads", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub senders: u32,
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Consumers in one group. 0 checks the accounting itself: nothing can arrive, so every
+    /// acknowledged message is reported missing.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub consumers: u32,
     #[arg(short = 's', long = "size", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub size: u32,
