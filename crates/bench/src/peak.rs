@@ -144,14 +144,24 @@ pub fn verdict(
     // In a closed loop senders = throughput x latency, so a step raises latency by more than it
     // raises throughput exactly when most of the added senders only wait in a queue: the knee
     // is the step before the first such one.
-    let knee = points
-        .windows(2)
-        .find(|pair| {
-            let rt_ratio = pair[1].average_rt_ms / pair[0].average_rt_ms.max(1e-9);
-            let tps_ratio = tps(&pair[1]) / tps(&pair[0]).max(1e-9);
-            rt_ratio > tps_ratio
-        })
-        .map_or(points.last()?, |pair| &pair[0]);
+    let crossing = points.windows(2).find(|pair| {
+        let rt_ratio = pair[1].average_rt_ms / pair[0].average_rt_ms.max(1e-9);
+        let tps_ratio = tps(&pair[1]) / tps(&pair[0]).max(1e-9);
+        rt_ratio > tps_ratio
+    });
+    let knee = crossing.map_or(points.last()?, |pair| &pair[0]);
+    let knee_words = match crossing {
+        Some(_) => format!(
+            "Knee: {} senders ({:.0} msg/s, mean RT {:.3} ms); past it, added senders raise latency more than throughput: they mostly wait.",
+            knee.scenario.threads,
+            tps(knee),
+            knee.average_rt_ms
+        ),
+        None => format!(
+            "Knee: not reached; up to {} senders every step raised throughput at least as much as latency.",
+            knee.scenario.threads
+        ),
+    };
     let mut words = vec![
         format!(
             "Peak: {:.0} msg/s at {} senders (mean send RT {:.3} ms, p99 {:.3} ms).",
@@ -160,12 +170,7 @@ pub fn verdict(
             peak.average_rt_ms,
             peak.summary.latency.p99_ms
         ),
-        format!(
-            "Knee: {} senders ({:.0} msg/s, mean RT {:.3} ms); past it, added senders raise latency more than throughput: they mostly wait.",
-            knee.scenario.threads,
-            tps(knee),
-            knee.average_rt_ms
-        ),
+        knee_words,
         format!(
             "Plan daily traffic at {:.0} to {:.0} msg/s, a third to a half of the peak, which leaves room for bursts of two to three times that.",
             tps(peak) / 3.0,
@@ -189,6 +194,41 @@ pub fn verdict(
         stopped_because: stopped_because.to_owned(),
         words,
     })
+}
+
+/// The p99 above which a sweep's point is not a load to plan for (peak's default limit).
+pub const SWEEP_P99_LIMIT_MS: f64 = 500.0;
+
+/// Seed 000's reading of a whole sweep: the peak over every point, and the knee along the
+/// sender counts of the peak's family (the points that differ from it only in senders).
+pub fn sweep_verdict(points: &[PointRecord]) -> Option<PeakVerdict> {
+    let rules = StopRules {
+        gain_min_percent: 0.0,
+        p99_limit_ms: SWEEP_P99_LIMIT_MS,
+    };
+    let healthy = |point: &&PointRecord| {
+        point.failed == 0 && point.summary.latency.p99_ms <= rules.p99_limit_ms
+    };
+    let best = points
+        .iter()
+        .filter(healthy)
+        .max_by(|a, b| tps(a).total_cmp(&tps(b)))
+        .or_else(|| points.iter().max_by(|a, b| tps(a).total_cmp(&tps(b))))?;
+    let same_family = |point: &&PointRecord| {
+        let mut scenario = point.scenario.clone();
+        scenario.threads = best.scenario.threads;
+        scenario == best.scenario
+    };
+    let mut family: Vec<PointRecord> = points.iter().filter(same_family).cloned().collect();
+    family.sort_by_key(|point| point.scenario.threads);
+    let reason = format!(
+        "the sweep ran its points; the peak's family is {}",
+        best.scenario
+            .name()
+            .split_once(", ")
+            .map_or(String::new(), |(_, rest)| rest.to_owned())
+    );
+    verdict(&family, rules, &reason)
 }
 
 pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
@@ -384,7 +424,42 @@ mod tests {
             verdict.words[3],
             "The search stopped because 2 sends failed at 16 senders."
         );
+        assert!(verdict.words[1].starts_with("Knee: 4 senders"));
         assert_eq!(verdict_of_nothing(), None);
+        let rising = [
+            step(1, 4_000.0, 0.25, 1.0, 0),
+            step(2, 8_000.0, 0.25, 1.0, 0),
+        ];
+        let verdict = super::verdict(&rising, RULES, "").expect("verdict");
+        assert_eq!(verdict.knee_threads, 2);
+        assert!(verdict.words[1].starts_with("Knee: not reached; up to 2 senders"));
+    }
+
+    #[test]
+    fn a_sweeps_verdict_takes_the_knee_along_the_peaks_family() {
+        let big = |threads, tps, mean_ms| {
+            let mut point = step(threads, tps, mean_ms, 1.0, 0);
+            point.scenario.size = 3072;
+            point
+        };
+        let points = vec![
+            step(1, 4_000.0, 0.25, 1.0, 0),
+            big(1, 3_000.0, 0.3),
+            step(10, 30_000.0, 0.3, 1.0, 0),
+            big(10, 40_000.0, 0.25),
+            step(30, 31_000.0, 0.9, 1.0, 0),
+            big(30, 45_000.0, 0.6),
+        ];
+        let verdict = sweep_verdict(&points).expect("verdict");
+        assert_eq!((verdict.peak_threads, verdict.peak_tps), (30, 45_000.0));
+        assert_eq!(
+            verdict.knee_threads, 10,
+            "3072 B: 10 -> 30 raised RT x2.4, TPS x1.1"
+        );
+        assert!(verdict
+            .stopped_because
+            .ends_with("family is 3072 B, 8 queues"));
+        assert_eq!(sweep_verdict(&[]), None);
     }
 
     fn verdict_of_nothing() -> Option<PeakVerdict> {

@@ -97,8 +97,16 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
         save(&args, &record)?;
     }
     progress.clear();
+    record.peak = crate::peak::sweep_verdict(&record.points);
+    save(&args, &record)?;
     for line in table(&record.points) {
         println!("{line}");
+    }
+    if let Some(verdict) = &record.peak {
+        println!();
+        for line in &verdict.words {
+            println!("{line}");
+        }
     }
     if let Some(path) = &args.json {
         println!("Wrote {}", path.display());
