@@ -163,7 +163,12 @@ impl Consumers {
         count: u32,
     ) -> Result<Consumers, BenchError> {
         let tally = Arc::new(Tally::new(None));
-        let group = format!("{topic}_sweep_consumer");
+        // A group of its own per point: a group an earlier point used would resume from its
+        // committed offset and count that point's lag as this one's throughput.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        let group = format!("{topic}_sweep_{nanos:x}");
         let mut consumers = Vec::new();
         for index in 0..count {
             let mut config = ClientConfig::new(&settings.namesrv);

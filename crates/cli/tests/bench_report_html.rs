@@ -1,5 +1,5 @@
 //! The HTML reports open in a real browser: headless Chromium (Debian's `chromium` package,
-//! which scripts/test.sh installs) loads a sweep's and a comparison's report from disk, every
+//! which scripts/test.sh installs) loads the reports of sweep, compare, produce and soak from disk, every
 //! chart lays out and draws its lines, and the console stays silent. The screenshots are kept
 //! under the test's target folder (`bench-report/`) for a person to look at.
 
@@ -116,7 +116,7 @@ fn console(log: &str) -> String {
 }
 
 #[test]
-fn sweep_and_compare_reports_render_every_chart_in_chromium() {
+fn every_report_renders_every_chart_in_chromium() {
     let browser = chromium();
     assert!(browser.exists(), "{}", browser.display());
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-report");
@@ -173,6 +173,63 @@ fn sweep_and_compare_reports_render_every_chart_in_chromium() {
         String::from_utf8_lossy(&compare.stderr)
     );
     assert_eq!(check_report(&compared, "compare", &out, &profile), 2);
+
+    // produce's and soak's reports.
+    let produced = dir.path().join("produce.html");
+    let produce = Command::new(common::binary())
+        .args([
+            "bench",
+            "produce",
+            "-n",
+            &namesrv,
+            "-t",
+            "HtmlProduce",
+            "--queues",
+            "2",
+        ])
+        .args([
+            "-w",
+            "2",
+            "--messages",
+            "600",
+            "--report-interval",
+            "0.1",
+            "--html",
+        ])
+        .arg(&produced)
+        .output()
+        .expect("run produce");
+    assert!(
+        produce.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produce.stderr)
+    );
+    assert_eq!(check_report(&produced, "produce", &out, &profile), 3);
+    let soaked = dir.path().join("soak.html");
+    let soak = Command::new(common::binary())
+        .args([
+            "bench", "soak", "-n", &namesrv, "-t", "HtmlSoak", "--queues", "2",
+        ])
+        .args([
+            "-w",
+            "2",
+            "--rate",
+            "500",
+            "--duration",
+            "1",
+            "--report-interval",
+            "0.25",
+        ])
+        .arg("--html")
+        .arg(&soaked)
+        .output()
+        .expect("run soak");
+    assert!(
+        soak.status.success(),
+        "{}",
+        String::from_utf8_lossy(&soak.stderr)
+    );
+    assert_eq!(check_report(&soaked, "soak", &out, &profile), 3);
 
     // The check itself can fail: the same report with every line and marker taken out.
     let broken = dir.path().join("broken.html");
