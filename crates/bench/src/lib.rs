@@ -282,6 +282,8 @@ pub enum BenchError {
     Usage(String),
     #[error("{path} holds another plan ({reason}); pass --fresh to start it over, or another --json file")]
     ResumeMismatch { path: PathBuf, reason: String },
+    #[error("interrupted after {done} of {total} points; run the same command again to resume")]
+    Interrupted { done: usize, total: usize },
     #[error("soak: {missing} acknowledged message(s) never arrived")]
     MessagesMissing { missing: u64 },
     #[error("cannot start the async runtime: {0}")]

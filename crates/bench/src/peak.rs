@@ -275,7 +275,12 @@ pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
         "every step in --threads ran ({} senders at most)",
         scenarios.last().map_or(0, |s| s.threads)
     );
+    let signalled = crate::schedule::watch_interrupt();
     for (index, scenario) in scenarios.iter().enumerate() {
+        if signalled.load(std::sync::atomic::Ordering::Relaxed) {
+            stopped_because = "it was interrupted".into();
+            break;
+        }
         progress.start(index, scenario);
         let Some(point) = point::run(&settings, scenario, &machine).await? else {
             stopped_because = "it was interrupted".into();

@@ -78,6 +78,30 @@ impl Schedule {
     }
 }
 
+/// A flag set once Ctrl-C or SIGTERM arrives, for a study that runs many measurements: a
+/// signal that comes between two points (when no measurement listens) still stops it before
+/// the next one.
+pub fn watch_interrupt() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let set = flag.clone();
+    tokio::spawn(async move {
+        let mut terminate = signal(SignalKind::terminate()).ok();
+        let terminated = async {
+            match terminate.as_mut() {
+                Some(terminate) => terminate.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminated => {}
+        }
+        set.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    flag
+}
+
 /// Waits until `at`, Ctrl-C or SIGTERM, or `done` (every sender finished); says which.
 pub async fn wait_until(at: Instant, done: &tokio::sync::Notify) -> Option<Stop> {
     use tokio::signal::unix::{signal, SignalKind};

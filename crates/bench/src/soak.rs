@@ -24,6 +24,7 @@ use quiver_client::{
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::disk::{DiskFigures, DiskSample};
 use crate::histogram::{Percentiles, Recorder, SHARDS_MAX};
 use crate::html::{Chart, Page, Section, Table};
 use crate::machine::Machine;
@@ -448,6 +449,7 @@ struct Record<'a> {
     missing_ranges: &'a [Missing],
     delivered_unacknowledged: u64,
     gaps: &'a [Gap],
+    disk: &'a DiskFigures,
 }
 
 pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
@@ -507,6 +509,7 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         machine.line()
     );
     let start = Instant::now();
+    let disk_at_start = DiskSample::read();
     let senders: Vec<_> = (0..args.senders)
         .map(|sender| {
             let shared = shared.clone();
@@ -524,6 +527,7 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         })
         .collect();
     let intervals = report_loop(&args, &shared, start).await;
+    let disk = disk_at_start.figures(&DiskSample::read(), start.elapsed().as_secs_f64());
     for sender in senders {
         sender.abort();
     }
@@ -563,15 +567,14 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
             missing_ranges: &missing_ranges,
             delivered_unacknowledged,
             gaps: &gaps,
+            disk: &disk,
         };
         write_json(path, &record)?;
         println!("Wrote {}", path.display());
     }
     if let Some(path) = &args.html {
-        crate::html::write(
-            path,
-            &page(&args, &machine, &intervals, &totals, missing, &gaps),
-        )?;
+        let page = page(&args, &machine, &intervals, &totals, missing, &gaps, &disk);
+        crate::html::write(path, &page)?;
         println!("Wrote {}", path.display());
     }
     if missing > 0 {
@@ -759,6 +762,7 @@ fn page(
     totals: &Totals,
     missing: u64,
     gaps: &[Gap],
+    disk: &DiskFigures,
 ) -> Page {
     let series = |pick: fn(&SoakInterval) -> f64| -> Vec<(f64, f64)> {
         intervals.iter().map(|i| (i.elapsed_s, pick(i))).collect()
@@ -790,6 +794,7 @@ fn page(
             gap.from_s, gap.to_s, gap.what
         )
     }));
+    paragraphs.push(disk.line());
     let rows = intervals
         .iter()
         .map(|i| {

@@ -86,7 +86,12 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
     let mut progress = Progress::new(scenarios.len(), plan.warmup_s + plan.duration_s);
     let machine = record.machine.clone();
     let mut interrupted = false;
+    let signalled = crate::schedule::watch_interrupt();
     for (index, scenario) in scenarios.iter().enumerate().skip(done) {
+        if signalled.load(std::sync::atomic::Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
         progress.start(index, scenario);
         let Some(point) = point::run(&settings, scenario, &machine).await? else {
             interrupted = true;
@@ -112,11 +117,11 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
         println!("Wrote {}", path.display());
     }
     if interrupted {
-        println!(
-            "Interrupted after {} of {} points; run the same command again to resume.",
-            record.points.len(),
-            scenarios.len()
-        );
+        // Not a success: a script running several sweeps must not go on to the next one.
+        return Err(BenchError::Interrupted {
+            done: record.points.len(),
+            total: scenarios.len(),
+        });
     }
     Ok(())
 }

@@ -322,3 +322,50 @@ fn produce_batches_client_side_and_prints_pulsar_perf_lines() {
     assert_eq!(record["parameters"]["producers"], 2);
     assert_eq!(record["parameters"]["output"], "pulsar");
 }
+
+#[test]
+fn an_interrupted_sweep_keeps_its_finished_points_and_says_how_to_resume() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let quiver = common::up(dir.path());
+    let json = dir.path().join("cut.json");
+    let mut sweep = Command::new(common::binary())
+        .args(["bench", "sweep", "-n", &quiver.namesrv().to_string()])
+        .args(["-w", "1,2,3", "-s", "64", "--queues", "2", "--warmup", "0"])
+        .args(["--duration", "1", "-t", "SweepCut", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start sweep");
+    let stdout = sweep.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let first_done = line.starts_with("point 1/3 done");
+        seen.push(line);
+        if first_done {
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.starts_with("point 1/3 done")),
+        "{seen:?}"
+    );
+    let interrupt = Command::new("kill")
+        .args(["-INT", &sweep.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(interrupt.success());
+    seen.extend(lines);
+    let output = sweep.wait_with_output().expect("sweep ends");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{seen:?}\n{stderr}");
+    assert!(
+        stderr.contains("interrupted after 1 of 3 points; run the same command again to resume"),
+        "{stderr}"
+    );
+    let record = json_of(&json);
+    assert_eq!(record["points"].as_array().expect("points").len(), 1);
+    assert_eq!(record["points"][0]["scenario"]["threads"], 1);
+}
