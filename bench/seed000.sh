@@ -109,4 +109,25 @@ stop_all
 log "comparing"
 "$QUIVER" bench compare "$OUT/quiver-sweep.json" "$OUT/rocketmq-5.5.0-sweep.json" \
     --json "$OUT/compare.json" --html "$OUT/compare.html" | tee "$OUT/compare.txt"
+# The note for bench/results: the tables and verdicts the runs printed, and where the reports are.
+{
+    echo "# Seed 000's matrix: Quiver against Apache RocketMQ 5.5.0"
+    echo
+    echo "\`bench/seed000.sh\` on $(date +%F), $FLUSH${TINY:+, TINY (two short points per system)};" \
+        "plan \`bench/seed000.plan\`; machine: $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo))," \
+        "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo). Clients, brokers and name" \
+        "servers share the machine. Reports (self-contained, open offline): \`quiver-sweep.html\`," \
+        "\`rocketmq-5.5.0-sweep.html\`, \`compare.html\`; every point's figures in the JSON files."
+    for label in quiver rocketmq-5.5.0; do
+        echo
+        echo "## $label"
+        echo
+        grep -E '^\||^(Peak|Knee|Plan|Read from|Points limited)|: limited by the disk' "$OUT/$label-sweep.txt" |
+            sed -E 's/^(Peak|Knee|Plan|Read from)/\n\1/'
+    done
+    echo
+    echo "## Scenario by scenario"
+    echo
+    grep '^|' "$OUT/compare.txt"
+} > "$OUT/README.md"
 log "done: $OUT"

@@ -221,14 +221,25 @@ pub fn sweep_verdict(points: &[PointRecord]) -> Option<PeakVerdict> {
     };
     let mut family: Vec<PointRecord> = points.iter().filter(same_family).cloned().collect();
     family.sort_by_key(|point| point.scenario.threads);
-    let reason = format!(
-        "the sweep ran its points; the peak's family is {}",
-        best.scenario
-            .name()
-            .split_once(", ")
-            .map_or(String::new(), |(_, rest)| rest.to_owned())
+    let family_name = best
+        .scenario
+        .name()
+        .split_once(", ")
+        .map_or(String::new(), |(_, rest)| rest.to_owned());
+    let mut verdict = verdict(&family, rules, "the sweep ran its points")?;
+    // A sweep is not a search that stopped: its last sentence says what was read from where.
+    let read = format!(
+        "Read from the sweep's {} points; the knee along the peak's family ({family_name}).",
+        points.len()
     );
-    verdict(&family, rules, &reason)
+    if let Some(last) = verdict
+        .words
+        .iter_mut()
+        .find(|w| w.starts_with("The search stopped"))
+    {
+        *last = read;
+    }
+    Some(verdict)
 }
 
 pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
@@ -461,9 +472,10 @@ mod tests {
             verdict.knee_threads, 10,
             "3072 B: 10 -> 30 raised RT x2.4, TPS x1.1"
         );
-        assert!(verdict
-            .stopped_because
-            .ends_with("family is 3072 B, 8 queues"));
+        assert_eq!(
+            verdict.words[3],
+            "Read from the sweep's 6 points; the knee along the peak's family (3072 B, 8 queues)."
+        );
         assert_eq!(sweep_verdict(&[]), None);
     }
 
