@@ -30,7 +30,8 @@ pub struct SweepArgs {
     /// Name server addresses, `host:port;host:port`.
     #[arg(short = 'n', long = "namesrv", default_value = "127.0.0.1:9876")]
     pub namesrv: String,
-    /// A workload file (see `--help` of the crate docs: `key = value, value` lines).
+    /// A workload file: `key = value, value` lines, `#` comments; keys threads, sizes, queues,
+    /// batch, rates, producers, consumers, warmup, duration, topic (as the flags; a flag wins).
     #[arg(long)]
     pub plan: Option<PathBuf>,
     /// Senders per point, comma-separated (default 1,10,30,45,60,75,100,150,200).
@@ -51,7 +52,7 @@ pub struct SweepArgs {
     /// Producer instances the senders are spread over (default 1).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub producers: Option<Vec<u32>>,
-    /// Consumers alongside the producers, in one group (default 0: none).
+    /// Consumers alongside the producers, in a group of their own per point (default 0: none).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub consumers: Option<u32>,
     /// Warm-up seconds of each point, reported but left out of its figures (default 5).

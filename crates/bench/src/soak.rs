@@ -795,8 +795,16 @@ fn page(
         )
     }));
     paragraphs.push(disk.line());
-    let rows = intervals
-        .iter()
+    let shown = table_rows(intervals);
+    if shown.len() < intervals.len() {
+        paragraphs.push(format!(
+            "The table shows {} of {} intervals: evenly spaced ones and every one with failures, duplicates, reordering or draining; all are in the JSON record.",
+            shown.len(),
+            intervals.len()
+        ));
+    }
+    let rows = shown
+        .into_iter()
         .map(|i| {
             vec![
                 format!("{:.1}", i.elapsed_s),
@@ -847,9 +855,43 @@ fn page(
     }
 }
 
+/// Rows of the report's table: a long soak has thousands of intervals; an evenly spaced sample
+/// of them keeps the page light, and every interval where something happened stays.
+const TABLE_ROWS_SAMPLED: usize = 100;
+
+fn table_rows(intervals: &[SoakInterval]) -> Vec<&SoakInterval> {
+    let every = intervals.len().div_ceil(TABLE_ROWS_SAMPLED).max(1);
+    intervals
+        .iter()
+        .enumerate()
+        .filter(|(index, i)| {
+            index % every == 0
+                || *index + 1 == intervals.len()
+                || !i.producing
+                || i.counts.failed + i.counts.duplicated + i.counts.reordered > 0
+        })
+        .map(|(_, i)| i)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_soaks_table_keeps_a_sample_and_every_eventful_interval() {
+        let mut intervals: Vec<SoakInterval> =
+            (1..=1_000).map(|n| interval(n as f64, 0, 10, 0)).collect();
+        intervals[333].counts.failed = 2;
+        let rows = table_rows(&intervals);
+        assert_eq!(rows.len(), 100 + 1 + 1, "a sample, the failure, the last");
+        assert!(rows.iter().any(|i| i.elapsed_s == 334.0));
+        assert_eq!(
+            table_rows(&intervals[..50]).len(),
+            50,
+            "a short soak shows all"
+        );
+    }
 
     #[test]
     fn the_ledger_counts_missing_duplicated_and_reordered() {
