@@ -286,9 +286,9 @@ pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
         "every step in --threads ran ({} senders at most)",
         scenarios.last().map_or(0, |s| s.threads)
     );
-    let signalled = crate::schedule::watch_interrupt();
+    let signalled = crate::schedule::Interrupt::get();
     for (index, scenario) in scenarios.iter().enumerate() {
-        if signalled.load(std::sync::atomic::Ordering::Relaxed) {
+        if signalled.is_set() {
             stopped_because = "it was interrupted".into();
             break;
         }

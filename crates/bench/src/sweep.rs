@@ -86,9 +86,9 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
     let mut progress = Progress::new(scenarios.len(), plan.warmup_s + plan.duration_s);
     let machine = record.machine.clone();
     let mut interrupted = false;
-    let signalled = crate::schedule::watch_interrupt();
+    let signalled = crate::schedule::Interrupt::get();
     for (index, scenario) in scenarios.iter().enumerate().skip(done) {
-        if signalled.load(std::sync::atomic::Ordering::Relaxed) {
+        if signalled.is_set() {
             interrupted = true;
             break;
         }
