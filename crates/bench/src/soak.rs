@@ -436,6 +436,18 @@ impl Shared {
     }
 }
 
+/// What a soak found: printed at the end, written to JSON and drawn.
+#[derive(Serialize)]
+struct Findings {
+    intervals: Vec<SoakInterval>,
+    totals: Totals,
+    missing: u64,
+    missing_ranges: Vec<Missing>,
+    delivered_unacknowledged: u64,
+    gaps: Vec<Gap>,
+    disk: DiskFigures,
+}
+
 #[derive(Serialize)]
 struct Record<'a> {
     tool: &'static str,
@@ -443,13 +455,8 @@ struct Record<'a> {
     machine: &'a Machine,
     parameters: &'a SoakArgs,
     run_id: &'a str,
-    intervals: &'a [SoakInterval],
-    totals: Totals,
-    missing: u64,
-    missing_ranges: &'a [Missing],
-    delivered_unacknowledged: u64,
-    gaps: &'a [Gap],
-    disk: &'a DiskFigures,
+    #[serde(flatten)]
+    findings: &'a Findings,
 }
 
 pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
@@ -466,6 +473,45 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         stop: AtomicBool::new(false),
         run_id: run_id.clone(),
     });
+    let consumers = start_consumers(&args, &shared).await?;
+    let producer = start_producer(&args)?;
+    println!(
+        "quiver bench soak: run {run_id}, topic {} ({} queues), {} senders, {} consumer(s), {} B bodies, {}, name server {}\nmachine: {}",
+        args.topic,
+        args.queues,
+        args.senders,
+        args.consumers,
+        args.size,
+        args.rate.map_or("as fast as possible".into(), |r| format!("{r:.0} msg/s")),
+        args.namesrv,
+        machine.line()
+    );
+    let start = Instant::now();
+    let disk_at_start = DiskSample::read();
+    let senders = spawn_senders(&args, &shared, &producer);
+    let intervals = report_loop(&args, &shared, start).await;
+    let disk = disk_at_start.figures(&DiskSample::read(), start.elapsed().as_secs_f64());
+    for sender in senders {
+        sender.abort();
+    }
+    for consumer in consumers {
+        let _ = consumer.shutdown().await;
+    }
+    producer.shutdown().await;
+    let findings = findings(&args, &shared.ledger(), intervals, disk);
+    report(&args, &machine, &run_id, &findings)?;
+    if findings.missing > 0 {
+        return Err(BenchError::MessagesMissing {
+            missing: findings.missing,
+        });
+    }
+    Ok(())
+}
+
+async fn start_consumers(
+    args: &SoakArgs,
+    shared: &Arc<Shared>,
+) -> Result<Vec<quiver_client::PushConsumer>, BenchError> {
     let mut consumers = Vec::new();
     for index in 0..args.consumers {
         let mut config = ClientConfig::new(&args.namesrv);
@@ -487,98 +533,88 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         .map_err(|error| crate::lookup_error(error, &args.namesrv, &args.topic))?;
         consumers.push(consumer);
     }
+    Ok(consumers)
+}
+
+fn start_producer(args: &SoakArgs) -> Result<Producer, BenchError> {
     let mut config = ClientConfig::new(&args.namesrv);
     config.request_timeout_ms = args.send_timeout_ms;
-    let producer = Producer::new(
+    Ok(Producer::new(
         Client::new(config)?,
         ProducerConfig {
             group: format!("{}_producer", args.group),
             send_timeout_ms: args.send_timeout_ms,
             ..ProducerConfig::default()
         },
-    );
-    println!(
-        "quiver bench soak: run {run_id}, topic {} ({} queues), {} senders, {} consumer(s), {} B bodies, {}, name server {}\nmachine: {}",
-        args.topic,
-        args.queues,
-        args.senders,
-        args.consumers,
-        args.size,
-        args.rate.map_or("as fast as possible".into(), |r| format!("{r:.0} msg/s")),
-        args.namesrv,
-        machine.line()
-    );
-    let start = Instant::now();
-    let disk_at_start = DiskSample::read();
-    let senders: Vec<_> = (0..args.senders)
+    ))
+}
+
+fn spawn_senders(
+    args: &SoakArgs,
+    shared: &Arc<Shared>,
+    producer: &Producer,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    // --rate is shared evenly: each sender sends every senders / rate seconds.
+    let interval = args
+        .rate
+        .map(|rate| Duration::from_secs_f64(args.senders as f64 / rate));
+    (0..args.senders)
         .map(|sender| {
             let shared = shared.clone();
             let producer = producer.clone();
-            let message = Message::new(
-                args.topic.clone(),
-                Bytes::from(vec![b's'; args.size as usize]),
-            );
-            let interval = args
-                .rate
-                .map(|rate| Duration::from_secs_f64(args.senders as f64 / rate));
+            let body = Bytes::from(vec![b's'; args.size as usize]);
+            let message = Message::new(args.topic.clone(), body);
             tokio::spawn(
                 async move { send_loop(sender, &shared, &producer, message, interval).await },
             )
         })
-        .collect();
-    let intervals = report_loop(&args, &shared, start).await;
-    let disk = disk_at_start.figures(&DiskSample::read(), start.elapsed().as_secs_f64());
-    for sender in senders {
-        sender.abort();
+        .collect()
+}
+
+fn findings(
+    args: &SoakArgs,
+    ledger: &Ledger,
+    intervals: Vec<SoakInterval>,
+    disk: DiskFigures,
+) -> Findings {
+    let missing_ranges = ledger.missing();
+    Findings {
+        gaps: gaps(&intervals, args.report_interval),
+        intervals,
+        totals: ledger.totals(),
+        missing: missing_ranges.iter().map(|m| m.last - m.first + 1).sum(),
+        missing_ranges,
+        delivered_unacknowledged: ledger.delivered_unacknowledged(),
+        disk,
     }
-    for consumer in consumers {
-        let _ = consumer.shutdown().await;
-    }
-    producer.shutdown().await;
-    let (totals, missing_ranges, delivered_unacknowledged) = {
-        let ledger = shared.ledger();
-        (
-            ledger.totals(),
-            ledger.missing(),
-            ledger.delivered_unacknowledged(),
-        )
-    };
-    let missing: u64 = missing_ranges.iter().map(|m| m.last - m.first + 1).sum();
-    let gaps = gaps(&intervals, args.report_interval);
-    for line in closing_lines(
-        &totals,
-        missing,
-        &missing_ranges,
-        delivered_unacknowledged,
-        &gaps,
-    ) {
+}
+
+/// The closing lines, the JSON record and the HTML report.
+fn report(
+    args: &SoakArgs,
+    machine: &Machine,
+    run_id: &str,
+    findings: &Findings,
+) -> Result<(), BenchError> {
+    for line in closing_lines(findings) {
         println!("{line}");
     }
+    println!("{}", findings.disk.line());
     if let Some(path) = &args.json {
         let record = Record {
             tool: "quiver bench soak",
             version: env!("CARGO_PKG_VERSION"),
-            machine: &machine,
-            parameters: &args,
-            run_id: &run_id,
-            intervals: &intervals,
-            totals,
-            missing,
-            missing_ranges: &missing_ranges,
-            delivered_unacknowledged,
-            gaps: &gaps,
-            disk: &disk,
+            machine,
+            parameters: args,
+            run_id,
+            findings,
         };
         write_json(path, &record)?;
         println!("Wrote {}", path.display());
     }
     if let Some(path) = &args.html {
-        let page = page(&args, &machine, &intervals, &totals, missing, &gaps, &disk);
-        crate::html::write(path, &page)?;
+        crate::html::write(path, &page(args, machine, findings))?;
         println!("Wrote {}", path.display());
-    }
-    if missing > 0 {
-        return Err(BenchError::MessagesMissing { missing });
     }
     Ok(())
 }
@@ -712,13 +748,15 @@ async fn sleep_or_drained(until: Instant, draining: bool, shared: &Shared) {
     }
 }
 
-fn closing_lines(
-    totals: &Totals,
-    missing: u64,
-    ranges: &[Missing],
-    delivered_unacknowledged: u64,
-    gaps: &[Gap],
-) -> Vec<String> {
+fn closing_lines(findings: &Findings) -> Vec<String> {
+    let Findings {
+        totals,
+        missing,
+        missing_ranges: ranges,
+        delivered_unacknowledged,
+        gaps,
+        ..
+    } = findings;
     let mut lines = vec![format!(
         "Soak: sent {}, acknowledged {}, failed {}, consumed {}, duplicated {}, reordered {}, missing {missing}, delivered without acknowledgement {delivered_unacknowledged}, other runs' messages {}",
         totals.sent,
@@ -747,7 +785,7 @@ fn closing_lines(
             ranges.len() - RANGES_PRINTED_MAX
         ));
     }
-    lines.push(if missing == 0 {
+    lines.push(if *missing == 0 {
         "Every acknowledged message was consumed.".into()
     } else {
         format!("{missing} acknowledged message(s) were never consumed.")
@@ -755,15 +793,15 @@ fn closing_lines(
     lines
 }
 
-fn page(
-    args: &SoakArgs,
-    machine: &Machine,
-    intervals: &[SoakInterval],
-    totals: &Totals,
-    missing: u64,
-    gaps: &[Gap],
-    disk: &DiskFigures,
-) -> Page {
+fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
+    let Findings {
+        intervals,
+        totals,
+        missing,
+        gaps,
+        disk,
+        ..
+    } = findings;
     let series = |pick: fn(&SoakInterval) -> f64| -> Vec<(f64, f64)> {
         intervals.iter().map(|i| (i.elapsed_s, pick(i))).collect()
     };
