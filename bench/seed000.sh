@@ -64,12 +64,12 @@ wait_for_cluster() {
     log "the cluster never took a send"; cat "$WORK/probe.out" >&2; exit 1
 }
 
-sweep() { # LABEL
+sweep() { # LABEL BROKER_PID
     log "$1: pre-warm ${PREWARM_S}s"
     "$QUIVER" bench produce -n 127.0.0.1:9876 -t SeedWarm -w 16 -s 1024 --duration "$PREWARM_S" \
         --report-interval "$PREWARM_S" >"$WORK/prewarm-$1.out" 2>&1
     log "$1: sweep (progress in $OUT/$1-sweep.txt)"
-    "$QUIVER" bench sweep -n 127.0.0.1:9876 "${PLAN_ARGS[@]}" --label "$1" \
+    "$QUIVER" bench sweep -n 127.0.0.1:9876 "${PLAN_ARGS[@]}" --label "$1" --broker-pid "$2" \
         --json "$OUT/$1-sweep.json" --html "$OUT/$1-sweep.html" | tee "$OUT/$1-sweep.txt"
 }
 
@@ -77,10 +77,10 @@ log "Quiver ($FLUSH)"
 printf 'flushDiskType=%s\n' "$FLUSH" >"$WORK/quiver.conf"
 "$QUIVER" up -c "$WORK/quiver.conf" --data "$WORK/quiver-data" --namesrv-port 9876 \
     --broker-port 10911 >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
-PIDS+=($!)
+BROKER_PID=$!; PIDS+=("$BROKER_PID")
 wait_for "$WORK/quiver.out" ready 60
 wait_for_cluster
-sweep quiver
+sweep quiver "$BROKER_PID"
 stop_all
 rm -rf "$WORK/quiver-data"
 
@@ -100,10 +100,10 @@ PIDS+=($!)
 wait_for "$WORK/ns.log" "boot success" 60
 "${JAVA[@]}" -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g -XX:+UseG1GC \
     org.apache.rocketmq.broker.BrokerStartup -c "$WORK/broker.conf" >"$WORK/broker.log" 2>&1 &
-PIDS+=($!)
+BROKER_PID=$!; PIDS+=("$BROKER_PID")
 wait_for "$WORK/broker.log" "boot success" 120
 wait_for_cluster
-sweep rocketmq-5.5.0
+sweep rocketmq-5.5.0 "$BROKER_PID"
 stop_all
 
 log "comparing"

@@ -191,7 +191,8 @@ async fn report_loop(
     let mut schedule = Schedule::new(start, run.warmup, run.duration, run.report_interval);
     let mut intervals = Vec::new();
     let mut last = Counters::default();
-    let mut measure_start = MeasureStart::now(Counters::default(), run.warmup <= 0.0);
+    let mut measure_start =
+        MeasureStart::now(Counters::default(), run.warmup <= 0.0, run.broker_pid);
     let mut b2c_measured: Histogram<u64> = new_histogram();
     let mut s2c_measured: Histogram<u64> = new_histogram();
     loop {
@@ -222,7 +223,7 @@ async fn report_loop(
             let _ = b2c_measured.add(&b2c);
             let _ = s2c_measured.add(&s2c);
         } else if interval.ends_warmup {
-            measure_start = MeasureStart::now(counters, true);
+            measure_start = MeasureStart::now(counters, true, run.broker_pid);
         }
         if let Some(stop) = stopped_by {
             if stop == Stop::Interrupted {

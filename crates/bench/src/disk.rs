@@ -27,6 +27,9 @@ pub struct DiskSample {
     writeback_kib: u64,
     /// Where the kernel starts throttling writers, from vm.dirty_bytes or vm.dirty_ratio.
     dirty_limit_kib: u64,
+    /// The broker's process id and the bytes it has caused to be written to storage
+    /// (`write_bytes` of /proc/PID/io), when the broker runs on this machine.
+    broker: Option<(u32, u64)>,
 }
 
 /// What the disks did between two samples.
@@ -37,6 +40,10 @@ pub struct DiskFigures {
     /// The busiest device and the share of the time it had I/O in flight (0 to 1).
     pub busiest_device: String,
     pub busiest_busy: f64,
+    /// What the broker process caused to be written to storage, in MB per second, when its
+    /// process id was given.
+    #[serde(default)]
+    pub broker_write_mb_per_s: Option<f64>,
     /// Dirty plus writeback page cache at the end, and the throttling threshold.
     pub dirty_mib_end: f64,
     pub dirty_limit_mib: f64,
@@ -45,16 +52,27 @@ pub struct DiskFigures {
 }
 
 impl DiskSample {
-    /// What /proc says now; an unreadable file leaves its part empty (then nothing is judged).
-    pub fn read() -> DiskSample {
+    /// What /proc says now, with the broker's own writes when `broker_pid` runs here; an
+    /// unreadable file leaves its part empty (then nothing is judged from it).
+    pub fn read(broker_pid: Option<u32>) -> DiskSample {
         let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
         let number = |path: &str| read(path).trim().parse::<u64>().unwrap_or(0);
-        DiskSample::parse(
+        let mut sample = DiskSample::parse(
             &read("/proc/diskstats"),
             &read("/proc/meminfo"),
             number("/proc/sys/vm/dirty_bytes"),
             number("/proc/sys/vm/dirty_ratio"),
-        )
+        );
+        sample.broker = broker_pid.and_then(|pid| {
+            let io = read(&format!("/proc/{pid}/io"));
+            Some((pid, process_write_bytes(&io)?))
+        });
+        sample
+    }
+
+    /// The broker process this sample reads, if any.
+    pub fn broker_pid(&self) -> Option<u32> {
+        self.broker.map(|(pid, _)| pid)
     }
 
     pub fn parse(diskstats: &str, meminfo: &str, dirty_bytes: u64, dirty_ratio: u64) -> Self {
@@ -92,6 +110,7 @@ impl DiskSample {
             dirty_kib: kib("Dirty"),
             writeback_kib: kib("Writeback"),
             dirty_limit_kib,
+            broker: None,
         }
     }
 
@@ -111,8 +130,15 @@ impl DiskSample {
             }
         }
         let mib = |kib: u64| kib as f64 / 1024.0;
+        let broker_write_mb_per_s = match (self.broker, later.broker) {
+            (Some((pid, before)), Some((pid_later, after))) if pid == pid_later => {
+                Some(after.saturating_sub(before) as f64 / 1e6 / seconds)
+            }
+            _ => None,
+        };
         let mut figures = DiskFigures {
             write_mb_per_s: written as f64 / 1e6 / seconds,
+            broker_write_mb_per_s,
             busiest_device: busiest.0,
             busiest_busy: busiest.1,
             dirty_mib_end: mib(later.dirty_kib + later.writeback_kib),
@@ -164,12 +190,22 @@ impl DiskFigures {
             self.dirty_mib_end,
             self.dirty_limit_mib
         );
+        if let Some(broker) = self.broker_write_mb_per_s {
+            line.push_str(&format!(", the broker wrote {broker:.0} MB/s"));
+        }
         if let Some(limited) = &self.limited {
             line.push_str(" -- ");
             line.push_str(limited);
         }
         line
     }
+}
+
+/// `write_bytes` of a /proc/PID/io: what the process caused to be sent to storage.
+fn process_write_bytes(io: &str) -> Option<u64> {
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// Block devices that hold data: partitions, loop devices and RAM disks are left out, so that
@@ -240,6 +276,34 @@ mod tests {
         // vm.dirty_bytes wins over the ratio when set.
         let fixed = DiskSample::parse("", dirty, 8 << 30, 20);
         assert_eq!(fixed.dirty_limit_kib, 8 << 20);
+    }
+
+    #[test]
+    fn the_brokers_own_writes_are_reported_when_its_pid_is_given() {
+        let io = "rchar: 1\nwchar: 2\nwrite_bytes: 40000000\ncancelled_write_bytes: 0\n";
+        assert_eq!(process_write_bytes(io), Some(40_000_000));
+        assert_eq!(process_write_bytes("garbage"), None);
+        let mut before = DiskSample::parse(&stats(0, 0), MEMINFO, 0, 20);
+        let mut after = DiskSample::parse(&stats(0, 0), MEMINFO, 0, 20);
+        before.broker = Some((42, 0));
+        after.broker = Some((42, 40_000_000));
+        let figures = before.figures(&after, 2.0);
+        assert_eq!(figures.broker_write_mb_per_s, Some(20.0));
+        assert!(
+            figures.line().contains(", the broker wrote 20 MB/s"),
+            "{}",
+            figures.line()
+        );
+        after.broker = Some((43, 40_000_000));
+        assert_eq!(
+            before.figures(&after, 2.0).broker_write_mb_per_s,
+            None,
+            "another process"
+        );
+        // This process's own figures are readable.
+        assert!(DiskSample::read(Some(std::process::id()))
+            .broker_pid()
+            .is_some());
     }
 
     #[test]

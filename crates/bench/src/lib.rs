@@ -92,6 +92,10 @@ pub struct RunArgs {
     /// Worker threads of the bench's async runtime.
     #[arg(long = "runtime-threads", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub runtime_threads: u32,
+    /// The broker's process id, when it runs on this machine: the disk line then says what
+    /// the broker itself wrote to storage.
+    #[arg(long = "broker-pid")]
+    pub broker_pid: Option<u32>,
 }
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
@@ -177,6 +181,7 @@ impl ProduceArgs {
                 json: None,
                 html: None,
                 runtime_threads: 1,
+                broker_pid: None,
             },
         }
     }

@@ -54,6 +54,10 @@ pub struct PeakArgs {
     pub send_timeout_ms: u64,
     #[arg(long = "runtime-threads", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub runtime_threads: u32,
+    /// The broker's process id, when it runs on this machine: the disk line then says what
+    /// the broker itself wrote to storage.
+    #[arg(long = "broker-pid")]
+    pub broker_pid: Option<u32>,
 }
 
 fn percent(text: &str) -> Result<f64, String> {
@@ -266,6 +270,7 @@ pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
         duration_s: args.duration,
         report_interval_s: args.report_interval,
         send_timeout_ms: args.send_timeout_ms,
+        broker_pid: args.broker_pid,
     };
     let scenarios = plan.scenarios();
     println!(

@@ -85,6 +85,10 @@ pub struct SweepArgs {
     /// Worker threads of the bench's async runtime.
     #[arg(long = "runtime-threads", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub runtime_threads: u32,
+    /// The broker's process id, when it runs on this machine: the disk line then says what
+    /// the broker itself wrote to storage.
+    #[arg(long = "broker-pid")]
+    pub broker_pid: Option<u32>,
 }
 
 /// `--rates` value: a number of messages per second or `max`.

@@ -33,6 +33,7 @@ pub struct PointSettings {
     pub duration_s: f64,
     pub report_interval_s: f64,
     pub send_timeout_ms: u64,
+    pub broker_pid: Option<u32>,
 }
 
 /// One finished point, with the figures seed 000 reads off each scenario (max TPS, max and
@@ -108,6 +109,7 @@ pub async fn run(
     args.run.duration = Some(settings.duration_s);
     args.run.warmup = settings.warmup_s;
     args.run.report_interval = settings.report_interval_s;
+    args.run.broker_pid = settings.broker_pid;
     let consumers = if scenario.consumers > 0 {
         // The consumers must find the topic, which the producers would create only later.
         produce::ensure_topic(&args).await?;

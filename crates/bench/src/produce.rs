@@ -707,7 +707,8 @@ async fn report_loop(
     let mut intervals = Vec::new();
     let mut last = Counters::default();
     let mut phase_start = Counters::default();
-    let mut measure_start = MeasureStart::now(Counters::default(), run.warmup <= 0.0);
+    let mut measure_start =
+        MeasureStart::now(Counters::default(), run.warmup <= 0.0, run.broker_pid);
     let mut phase_max_ms = 0.0f64;
     let mut measured: Histogram<u64> = new_histogram();
     let mut stopped_by = None;
@@ -755,7 +756,7 @@ async fn report_loop(
             if interval.ends_warmup {
                 phase_start = counters;
                 phase_max_ms = 0.0;
-                measure_start = MeasureStart::now(counters, true);
+                measure_start = MeasureStart::now(counters, true, run.broker_pid);
             }
         } else {
             let _ = measured.add(&histogram);

@@ -204,12 +204,13 @@ pub struct MeasureStart {
 }
 
 impl MeasureStart {
-    pub fn now(counters: Counters, warmed_up: bool) -> MeasureStart {
+    /// From now, with the broker process `broker_pid`'s writes when it runs here.
+    pub fn now(counters: Counters, warmed_up: bool, broker_pid: Option<u32>) -> MeasureStart {
         MeasureStart {
             at: Instant::now(),
             counters,
             warmed_up,
-            disk: DiskSample::read(),
+            disk: DiskSample::read(broker_pid),
         }
     }
 }
@@ -234,7 +235,8 @@ impl MeasureStart {
             (now - run_start).as_secs_f64(),
         );
         summary.measured = self.warmed_up;
-        summary.disk = self.disk.figures(&DiskSample::read(), measured_s);
+        let disk_now = DiskSample::read(self.disk.broker_pid());
+        summary.disk = self.disk.figures(&disk_now, measured_s);
         summary
     }
 }

@@ -82,6 +82,10 @@ pub struct SoakArgs {
     pub html: Option<PathBuf>,
     #[arg(long = "runtime-threads", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub runtime_threads: u32,
+    /// The broker's process id, when it runs on this machine: the disk line then says what
+    /// the broker itself wrote to storage.
+    #[arg(long = "broker-pid")]
+    pub broker_pid: Option<u32>,
 }
 
 /// A growable set of sequence numbers.
@@ -487,10 +491,11 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         machine.line()
     );
     let start = Instant::now();
-    let disk_at_start = DiskSample::read();
+    let disk_at_start = DiskSample::read(args.broker_pid);
     let senders = spawn_senders(&args, &shared, &producer);
     let intervals = report_loop(&args, &shared, start).await;
-    let disk = disk_at_start.figures(&DiskSample::read(), start.elapsed().as_secs_f64());
+    let disk_now = DiskSample::read(args.broker_pid);
+    let disk = disk_at_start.figures(&disk_now, start.elapsed().as_secs_f64());
     for sender in senders {
         sender.abort();
     }

@@ -67,6 +67,7 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
         duration_s: plan.duration_s,
         report_interval_s: args.report_interval,
         send_timeout_ms: args.send_timeout_ms,
+        broker_pid: args.broker_pid,
     };
     let done = record.points.len();
     println!(
