@@ -14,6 +14,20 @@ if command -v rustup >/dev/null 2>&1; then
     cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 fi
 
+# crates/cli/tests/bench_report_html.rs opens the bench's HTML reports in headless Chromium:
+# installed from Debian's packages when missing (as root), as compat/ensure-tools.sh does for
+# Java; otherwise the test fails and says how to install it.
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${QUIVER_CHROMIUM:-}" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "test.sh: installing chromium for the HTML report test" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+    else
+        echo "test.sh: chromium is needed for the HTML report test: apt-get install -y chromium" >&2
+        exit 1
+    fi
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

@@ -20,9 +20,10 @@ use crate::report::{progress, ConsumeInterval, Counters, Goal, MeasureStart, Sum
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ConsumeArgs};
 
-struct Tally {
-    b2c: Recorder,
-    s2c: Recorder,
+/// What the consumers received: counts and born/store-to-consume latencies.
+pub(crate) struct Tally {
+    pub b2c: Recorder,
+    pub s2c: Recorder,
     messages: AtomicU64,
     bytes: AtomicU64,
     goal_messages: Option<u64>,
@@ -30,7 +31,18 @@ struct Tally {
 }
 
 impl Tally {
-    fn counters(&self) -> Counters {
+    pub fn new(goal_messages: Option<u64>) -> Tally {
+        Tally {
+            b2c: Recorder::new(SHARDS_MAX),
+            s2c: Recorder::new(SHARDS_MAX),
+            messages: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            goal_messages,
+            goal_reached: Notify::new(),
+        }
+    }
+
+    pub fn counters(&self) -> Counters {
         Counters {
             messages: self.messages.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
@@ -83,14 +95,7 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
     let cpu_at_start = process_cpu_s();
     let namesrv = &args.run.namesrv;
     let client = Client::new(ClientConfig::new(namesrv))?;
-    let tally = Arc::new(Tally {
-        b2c: Recorder::new(SHARDS_MAX),
-        s2c: Recorder::new(SHARDS_MAX),
-        messages: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        goal_messages: args.run.messages,
-        goal_reached: Notify::new(),
-    });
+    let tally = Arc::new(Tally::new(args.run.messages));
     let mut config = PushConsumerConfig::new(&args.group, &args.topic);
     config.expression = args.expression.clone();
     config.consume_from = if args.from == "first" {
@@ -98,16 +103,7 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
     } else {
         ConsumeFrom::LastOffset
     };
-    let sink = tally.clone();
-    let consumer = PushConsumer::start(
-        client,
-        config,
-        Arc::new(move |queue: &MessageQueue, messages: &[StoredMessage]| {
-            sink.consumed(queue, messages)
-        }),
-    )
-    .await
-    .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
+    let consumer = start_consumer(client, config, &tally, namesrv).await?;
     println!(
         "quiver bench consume: topic {}, group {}, expression {}, {} queue(s) assigned, name server {}\n\
          B2C and S2C come from millisecond timestamps (0.001 ms means under 1 ms)\nmachine: {}",
@@ -148,7 +144,32 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
         write_json(path, &record)?;
         println!("Wrote {}", path.display());
     }
+    if let Some(path) = &args.run.html {
+        let page = crate::pages::consume_page(&args.topic, &machine, &intervals);
+        crate::html::write(path, &page)?;
+        println!("Wrote {}", path.display());
+    }
     Ok(())
+}
+
+/// A push consumer whose messages go to `tally`.
+pub(crate) async fn start_consumer(
+    client: Client,
+    config: PushConsumerConfig,
+    tally: &Arc<Tally>,
+    namesrv: &str,
+) -> Result<PushConsumer, BenchError> {
+    let sink = tally.clone();
+    let topic = config.topic.clone();
+    PushConsumer::start(
+        client,
+        config,
+        Arc::new(move |queue: &MessageQueue, messages: &[StoredMessage]| {
+            sink.consumed(queue, messages)
+        }),
+    )
+    .await
+    .map_err(|error| lookup_error(error, namesrv, &topic))
 }
 
 type Outcome = (
@@ -170,11 +191,8 @@ async fn report_loop(
     let mut schedule = Schedule::new(start, run.warmup, run.duration, run.report_interval);
     let mut intervals = Vec::new();
     let mut last = Counters::default();
-    let mut measure_start = MeasureStart {
-        at: start,
-        counters: Counters::default(),
-        warmed_up: run.warmup <= 0.0,
-    };
+    let mut measure_start =
+        MeasureStart::now(Counters::default(), run.warmup <= 0.0, run.broker_pid);
     let mut b2c_measured: Histogram<u64> = new_histogram();
     let mut s2c_measured: Histogram<u64> = new_histogram();
     loop {
@@ -205,11 +223,7 @@ async fn report_loop(
             let _ = b2c_measured.add(&b2c);
             let _ = s2c_measured.add(&s2c);
         } else if interval.ends_warmup {
-            measure_start = MeasureStart {
-                at: now,
-                counters,
-                warmed_up: true,
-            };
+            measure_start = MeasureStart::now(counters, true, run.broker_pid);
         }
         if let Some(stop) = stopped_by {
             if stop == Stop::Interrupted {

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Highest latency recorded as itself; anything slower is recorded as this (one hour).
 pub const LATENCY_US_MAX: u64 = 3_600_000_000;
@@ -61,7 +61,7 @@ impl Recorder {
 }
 
 /// Latency figures in milliseconds (three decimals: microsecond resolution).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     pub count: u64,
     pub mean_ms: f64,

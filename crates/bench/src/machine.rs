@@ -1,8 +1,8 @@
 //! The machine a run happened on, and the CPU time the bench process used, from /proc.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     pub cpu_count: usize,
     pub cpu_model: String,

@@ -17,7 +17,7 @@ use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
 use crate::report::{progress, Counters, Goal, MeasureStart, ProduceInterval, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
-use crate::{lookup_error, write_json, BenchError, ProduceArgs};
+use crate::{lookup_error, write_json, BenchError, OutputStyle, ProduceArgs};
 
 /// How long the run waits for sends still in flight after it stopped, beyond the send timeout
 /// that bounds each of them.
@@ -130,6 +130,35 @@ impl Shared {
         false
     }
 
+    /// Counts a client-side batch: each message's latency from its own start.
+    fn finish_each(
+        &self,
+        task: usize,
+        starts: &[Instant],
+        result: Result<SendResult, ClientError>,
+    ) {
+        let count = starts.len();
+        match result {
+            Ok(_) => {
+                let now = Instant::now();
+                for started in starts {
+                    let latency_us = (now - *started).as_micros() as u64;
+                    self.recorder.record(task, latency_us);
+                }
+                self.messages.fetch_add(count as u64, Ordering::Relaxed);
+                self.bytes
+                    .fetch_add((count * self.message.body.len()) as u64, Ordering::Relaxed);
+            }
+            Err(ClientError::Refused { .. }) => {
+                self.response_failed
+                    .fetch_add(count as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.send_failed.fetch_add(count as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Sleeps until `until` or the stop, whichever is first; false when stopped.
     async fn sleep_until(&self, until: Instant) -> bool {
         loop {
@@ -162,10 +191,84 @@ struct Record<'a> {
     stopped_by: Stop,
 }
 
-pub async fn run(mut args: ProduceArgs) -> Result<(), BenchError> {
+/// What one produce run measured.
+pub(crate) struct ProduceOutcome {
+    pub intervals: Vec<ProduceInterval>,
+    pub summary: Summary,
+    pub stopped_by: Stop,
+}
+
+/// `quiver bench produce`: one run, its lines, its summary and its files.
+pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
+    let machine = Machine::read();
+    let print = Print::Lines(args.output);
+    let outcome = measure(&args, &machine, print).await?;
+    for line in summary_lines(&args, &outcome.summary) {
+        println!("{line}");
+    }
+    if let Some(path) = &args.run.json {
+        let record = Record {
+            tool: "quiver bench produce",
+            version: env!("CARGO_PKG_VERSION"),
+            machine: &machine,
+            parameters: &args,
+            intervals: &outcome.intervals,
+            summary: &outcome.summary,
+            stopped_by: outcome.stopped_by,
+        };
+        write_json(path, &record)?;
+        println!("Wrote {}", path.display());
+    }
+    if let Some(path) = &args.run.html {
+        let page = crate::pages::produce_page(&args, &machine, &outcome);
+        crate::html::write(path, &page)?;
+        println!("Wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn summary_lines(args: &ProduceArgs, summary: &Summary) -> Vec<String> {
+    match args.output {
+        OutputStyle::Rocketmq => summary.lines("Send RT"),
+        OutputStyle::Pulsar => pulsar_summary(summary),
+    }
+}
+
+/// pulsar-perf's closing lines, then the disk's.
+fn pulsar_summary(summary: &Summary) -> Vec<String> {
+    let t = &summary.throughput;
+    let l = &summary.latency;
+    vec![
+        format!(
+            "Aggregated throughput stats --- {} records sent --- {:.3} msg/s --- {:.3} Mbit/s",
+            summary.counters.messages, t.messages_per_s, t.mbit_per_s
+        ),
+        format!(
+            "Aggregated latency stats --- Latency: mean: {:7.3} ms - med: {:7.3} - 95pct: {:7.3} - 99pct: {:7.3} - 99.9pct: {:7.3} - 99.99pct: {:7.3} - Max: {:7.3}",
+            l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms
+        ),
+        summary.disk.line(),
+    ]
+}
+
+/// Whether a run prints its header and a line per interval (`bench produce`) or nothing (a
+/// point of a sweep, which prints its own progress).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Print {
+    Lines(OutputStyle),
+    Quiet,
+}
+
+/// Creates the producers, runs the senders until the goal or Ctrl-C, and returns what was
+/// measured; prints as `print` says.
+pub(crate) async fn measure(
+    args: &ProduceArgs,
+    machine: &Machine,
+    print: Print,
+) -> Result<ProduceOutcome, BenchError> {
+    let mut args = args.clone();
     // Every producer has at least one sender; the record shows the count that ran.
     args.producers = args.producers.min(args.senders);
-    let machine = Machine::read();
     let cpu_at_start = process_cpu_s();
     let new_client = |index: u32| {
         let mut config = ClientConfig::new(&args.run.namesrv);
@@ -175,7 +278,7 @@ pub async fn run(mut args: ProduceArgs) -> Result<(), BenchError> {
         Client::new(config)
     };
     let client = new_client(0)?;
-    prepare_topic(&client, &args).await?;
+    prepare_topic(&client, &args, print).await?;
     let mut producers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let client = if index == 0 {
@@ -192,8 +295,20 @@ pub async fn run(mut args: ProduceArgs) -> Result<(), BenchError> {
             },
         ));
     }
-    println!("{}", header(&args, &machine));
+    if print != Print::Quiet {
+        println!("{}", header(&args, machine));
+    }
     let start = Instant::now();
+    let batching = args.batch_max_messages.map(|most| Batching {
+        most: most as usize,
+        delay: Duration::from_micros((args.batch_max_publish_delay_ms * 1e3) as u64),
+    });
+    // Batchers are tasks too: the run is done when senders and batchers have all ended.
+    let batchers = if batching.is_some() {
+        producers.len()
+    } else {
+        0
+    };
     let shared = Arc::new(Shared {
         producers,
         message: Message::new(args.topic.clone(), Bytes::from(body(args.size as usize))),
@@ -214,51 +329,20 @@ pub async fn run(mut args: ProduceArgs) -> Result<(), BenchError> {
             tickets: AtomicU64::new(0),
         }),
         stop: AtomicBool::new(false),
-        running: AtomicUsize::new(args.senders as usize),
+        running: AtomicUsize::new(args.senders as usize + batchers),
         all_done: Notify::new(),
         send_timeout_ms: args.send_timeout_ms,
     });
-    let senders: Vec<_> = (0..args.senders as usize)
-        .map(|task| {
-            let shared = shared.clone();
-            let window = args.async_send.then_some(args.async_window as usize);
-            tokio::spawn(async move {
-                match window {
-                    Some(window) => send_async_loop(task, &shared, window).await,
-                    None => send_loop(task, &shared).await,
-                }
-                if shared.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    shared.all_done.notify_one();
-                }
-            })
-        })
-        .collect();
-
+    let tasks = spawn_senders(&args, &shared, batching);
     let goal = match (args.run.messages, args.run.duration) {
         (Some(messages), _) => Goal::Messages(messages),
         (None, Some(seconds)) => Goal::Seconds(args.run.warmup + seconds),
         (None, None) => Goal::Forever,
     };
     let (intervals, summary, stopped_by) =
-        report_loop(&args, &shared, start, goal, cpu_at_start).await;
-    for sender in senders {
-        sender.abort();
-    }
-    for line in summary.lines("Send RT") {
-        println!("{line}");
-    }
-    if let Some(path) = &args.run.json {
-        let record = Record {
-            tool: "quiver bench produce",
-            version: env!("CARGO_PKG_VERSION"),
-            machine: &machine,
-            parameters: &args,
-            intervals: &intervals,
-            summary: &summary,
-            stopped_by,
-        };
-        write_json(path, &record)?;
-        println!("Wrote {}", path.display());
+        report_loop(&args, &shared, start, goal, cpu_at_start, print).await;
+    for task in tasks {
+        task.abort();
     }
     // All at once: each tells every broker it leaves, which waits out a broker that is gone.
     let leaving: Vec<_> = shared
@@ -272,7 +356,119 @@ pub async fn run(mut args: ProduceArgs) -> Result<(), BenchError> {
     for left in leaving {
         let _ = left.await;
     }
-    Ok(())
+    Ok(ProduceOutcome {
+        intervals,
+        summary,
+        stopped_by,
+    })
+}
+
+/// Creates the topic of `args` as `measure` would, for consumers that must start first.
+pub(crate) async fn ensure_topic(args: &ProduceArgs) -> Result<(), BenchError> {
+    let client = Client::new(ClientConfig::new(&args.run.namesrv))?;
+    prepare_topic(&client, args, Print::Quiet).await
+}
+
+/// Client-side batching, as pulsar-perf's producer does it: a batch goes when it holds `most`
+/// messages or `delay` after its first message, whichever is first.
+#[derive(Clone, Copy, Debug)]
+struct Batching {
+    most: usize,
+    delay: Duration,
+}
+
+/// Messages waiting for a batcher, per producer: pulsar-perf's default `maxPendingMessages`.
+const PENDING_MESSAGES_MAX: usize = 1_000;
+/// Batches in flight per producer when batching: enough to keep a connection busy, bounded so
+/// a stalled broker holds at most this many batches of memory.
+const BATCHES_IN_FLIGHT_MAX: usize = 16;
+
+fn spawn_senders(
+    args: &ProduceArgs,
+    shared: &Arc<Shared>,
+    batching: Option<Batching>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let done = |shared: &Shared| {
+        if shared.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            shared.all_done.notify_one();
+        }
+    };
+    let mut tasks = Vec::new();
+    let mut queues = Vec::new();
+    if let Some(batching) = batching {
+        for index in 0..shared.producers.len() {
+            let (sender, receiver) = tokio::sync::mpsc::channel(PENDING_MESSAGES_MAX);
+            queues.push(sender);
+            let shared = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                batch_loop(index, &shared, receiver, batching).await;
+                done(&shared);
+            }));
+        }
+    }
+    for task in 0..args.senders as usize {
+        let shared = shared.clone();
+        let window = args.async_send.then_some(args.async_window as usize);
+        let queue = (!queues.is_empty()).then(|| queues[task % queues.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            match (queue, window) {
+                (Some(queue), _) => feed_loop(&shared, queue).await,
+                (None, Some(window)) => send_async_loop(task, &shared, window).await,
+                (None, None) => send_loop(task, &shared).await,
+            }
+            done(&shared);
+        }));
+    }
+    tasks
+}
+
+/// A sender under client-side batching: hands each message's intended send time to its
+/// producer's batcher, paced by `--rate`, until the run stops.
+async fn feed_loop(shared: &Shared, queue: tokio::sync::mpsc::Sender<Instant>) {
+    loop {
+        if shared.take(1) == 0 {
+            return;
+        }
+        let due = shared.pacer.as_ref().map(|pacer| pacer.next(1));
+        let Some(started) = wait_for(shared, due).await else {
+            return;
+        };
+        if queue.send(started).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Gathers the messages of one producer into batches and sends each as one
+/// SEND_BATCH_MESSAGE; every message's latency counts from its own intended send time.
+async fn batch_loop(
+    index: usize,
+    shared: &Arc<Shared>,
+    mut pending: tokio::sync::mpsc::Receiver<Instant>,
+    batching: Batching,
+) {
+    let permits = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT_MAX));
+    while let Some(first) = pending.recv().await {
+        let mut starts = vec![first];
+        let close_at = Instant::now() + batching.delay;
+        while starts.len() < batching.most {
+            match tokio::time::timeout_at(close_at, pending.recv()).await {
+                Ok(Some(started)) => starts.push(started),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let batch = vec![shared.message.clone(); starts.len()];
+            let result = shared.producers[index].send_batch(&batch).await;
+            shared.finish_each(index, &starts, result);
+            drop(permit);
+        });
+    }
+    let _ = permits.acquire_many(BATCHES_IN_FLIGHT_MAX as u32).await;
 }
 
 fn body(size: usize) -> Vec<u8> {
@@ -288,18 +484,29 @@ fn header(args: &ProduceArgs, machine: &Machine) -> String {
     let rate = args.rate.map_or(String::from("as fast as possible"), |r| {
         format!("{r:.0} msg/s")
     });
+    let batch = match args.batch_max_messages {
+        Some(most) => format!(
+            "client-side batches of up to {most} messages or {} ms",
+            args.batch_max_publish_delay_ms
+        ),
+        None => format!("batch {}", args.batch),
+    };
     format!(
-        "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, batch {}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
-        args.topic, args.senders, args.producers, args.size, args.batch, args.run.runtime_threads, args.run.namesrv, machine.line()
+        "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, {batch}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
+        args.topic, args.senders, args.producers, args.size, args.run.runtime_threads, args.run.namesrv, machine.line()
     )
 }
 
 /// Checks the name server, creates the topic with `--queues`, and refuses a topic that
 /// neither exists nor can be auto-created.
-async fn prepare_topic(client: &Client, args: &ProduceArgs) -> Result<(), BenchError> {
+async fn prepare_topic(
+    client: &Client,
+    args: &ProduceArgs,
+    print: Print,
+) -> Result<(), BenchError> {
     let namesrv = &args.run.namesrv;
     if let Some(queues) = args.queues {
-        create_topic(client, args, queues as i32).await?;
+        create_topic(client, args, queues as i32, print).await?;
     }
     let exists = client
         .fetch_route(&args.topic)
@@ -316,15 +523,22 @@ async fn prepare_topic(client: &Client, args: &ProduceArgs) -> Result<(), BenchE
                 Err(error) => return Err(lookup_error(error, namesrv, &args.topic)),
             }
         }
-        println!(
-            "topic {} does not exist yet: the brokers will create it from TBW102 on the first send",
-            args.topic
-        );
+        if print != Print::Quiet {
+            println!(
+                "topic {} does not exist yet: the brokers will create it from TBW102 on the first send",
+                args.topic
+            );
+        }
     }
     Ok(())
 }
 
-async fn create_topic(client: &Client, args: &ProduceArgs, queues: i32) -> Result<(), BenchError> {
+async fn create_topic(
+    client: &Client,
+    args: &ProduceArgs,
+    queues: i32,
+    print: Print,
+) -> Result<(), BenchError> {
     let namesrv = &args.run.namesrv;
     let deadline = Instant::now() + Duration::from_millis(BROKER_WAIT_MS);
     let masters = loop {
@@ -367,11 +581,13 @@ async fn create_topic(client: &Client, args: &ProduceArgs, queues: i32) -> Resul
             _ => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
-    println!(
-        "created topic {} with {queues} queues on {} broker(s)",
-        args.topic,
-        masters.len()
-    );
+    if print != Print::Quiet {
+        println!(
+            "created topic {} with {queues} queues on {} broker(s)",
+            args.topic,
+            masters.len()
+        );
+    }
     Ok(())
 }
 
@@ -484,17 +700,15 @@ async fn report_loop(
     start: Instant,
     goal: Goal,
     cpu_at_start: f64,
+    print: Print,
 ) -> (Vec<ProduceInterval>, Summary, Stop) {
     let run = &args.run;
     let mut schedule = Schedule::new(start, run.warmup, run.duration, run.report_interval);
     let mut intervals = Vec::new();
     let mut last = Counters::default();
     let mut phase_start = Counters::default();
-    let mut measure_start = MeasureStart {
-        at: start,
-        counters: Counters::default(),
-        warmed_up: run.warmup <= 0.0,
-    };
+    let mut measure_start =
+        MeasureStart::now(Counters::default(), run.warmup <= 0.0, run.broker_pid);
     let mut phase_max_ms = 0.0f64;
     let mut measured: Histogram<u64> = new_histogram();
     let mut stopped_by = None;
@@ -526,22 +740,23 @@ async fn report_loop(
             phase_max_ms,
         );
         phase_max_ms = line.max_rt_ms;
-        println!(
-            "{} {}",
-            progress(interval.elapsed_s, goal, counters.messages, interval.warmup),
-            line.line()
-        );
+        if let Print::Lines(style) = print {
+            let text = match style {
+                OutputStyle::Rocketmq => line.line(),
+                OutputStyle::Pulsar => line.pulsar_line(),
+            };
+            println!(
+                "{} {text}",
+                progress(interval.elapsed_s, goal, counters.messages, interval.warmup),
+            );
+        }
         intervals.push(line);
         last = counters;
         if interval.warmup {
             if interval.ends_warmup {
                 phase_start = counters;
                 phase_max_ms = 0.0;
-                measure_start = MeasureStart {
-                    at: now,
-                    counters,
-                    warmed_up: true,
-                };
+                measure_start = MeasureStart::now(counters, true, run.broker_pid);
             }
         } else {
             let _ = measured.add(&histogram);
@@ -549,7 +764,7 @@ async fn report_loop(
         if let Some(stop) = stopped_by {
             let latency = Percentiles::of(&measured);
             let summary = measure_start.summary(now, &counters, latency, start, cpu_at_start);
-            if stop == Stop::Interrupted {
+            if stop == Stop::Interrupted && print != Print::Quiet {
                 println!("Interrupted.");
             }
             return (intervals, summary, stop);

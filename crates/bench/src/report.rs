@@ -1,15 +1,16 @@
 //! Report arithmetic and the printed lines: the official tools' fields first (so existing
 //! scripts that grep for them keep working), then percentiles and throughput in bytes.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use tokio::time::Instant;
 
+use crate::disk::{DiskFigures, DiskSample};
 use crate::histogram::Percentiles;
 use crate::machine::process_cpu_s;
 
 /// Cumulative counts kept by the senders or the consumer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     pub messages: u64,
     pub bytes: u64,
@@ -31,7 +32,7 @@ impl Counters {
 }
 
 /// Messages, megabytes (10^6 bytes) and megabits (10^6 bits) per second.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {
     pub messages_per_s: f64,
     pub mb_per_s: f64,
@@ -90,7 +91,7 @@ fn percent(done: f64, total: f64) -> f64 {
 }
 
 /// One report interval of `bench produce`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProduceInterval {
     /// Seconds since the run started, at the end of this interval.
     pub elapsed_s: f64,
@@ -107,6 +108,9 @@ pub struct ProduceInterval {
     pub throughput: Throughput,
     pub latency: Percentiles,
     pub messages: u64,
+    /// Failed messages in this interval alone (both kinds).
+    #[serde(default)]
+    pub failed: u64,
 }
 
 impl ProduceInterval {
@@ -132,7 +136,27 @@ impl ProduceInterval {
             throughput,
             latency,
             messages: delta.messages,
+            failed: delta.send_failed + delta.response_failed,
         }
+    }
+
+    /// pulsar-perf's line: `Throughput produced: 5000.5 msg/s --- 156.3 Mbit/s --- failure 0.0
+    /// msg/s --- Latency: mean: 227.782 ms - med: 7.242 - 95pct: ... - Max: 1978.335`.
+    pub fn pulsar_line(&self) -> String {
+        let l = &self.latency;
+        format!(
+            "Throughput produced: {:10.1}  msg/s --- {:8.1} Mbit/s --- failure {:6.1} msg/s --- Latency: mean: {:7.3} ms - med: {:7.3} - 95pct: {:7.3} - 99pct: {:7.3} - 99.9pct: {:7.3} - 99.99pct: {:7.3} - Max: {:7.3}",
+            self.send_tps,
+            self.throughput.mbit_per_s,
+            self.failed as f64 / self.interval_s.max(1e-9),
+            l.mean_ms,
+            l.p50_ms,
+            l.p95_ms,
+            l.p99_ms,
+            l.p999_ms,
+            l.p9999_ms,
+            l.max_ms
+        )
     }
 
     /// `Send TPS: 61234 | Max RT(ms): 12 | Average RT(ms): 1.043 | Send Failed: 0 | Response
@@ -152,7 +176,7 @@ impl ProduceInterval {
 }
 
 /// The whole measured part of a run (after warm-up).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// False when the run stopped before its warm-up ended: the figures are warm-up figures.
     pub measured: bool,
@@ -163,15 +187,32 @@ pub struct Summary {
     /// CPU time of the bench process over the whole run, warm-up included.
     pub process_cpu_s: f64,
     pub process_cores: f64,
+    /// The machine's disks over the measured part; says when they were the limit.
+    #[serde(default)]
+    pub disk: DiskFigures,
 }
 
-/// Where the measured part of a run (after warm-up) began: the instant and the counters then.
-#[derive(Clone, Copy)]
+/// Where the measured part of a run (after warm-up) began: the instant, the counters and the
+/// disks' counters then.
+#[derive(Clone)]
 pub struct MeasureStart {
     pub at: Instant,
     pub counters: Counters,
     /// Whether the warm-up is over (or there was none).
     pub warmed_up: bool,
+    pub disk: DiskSample,
+}
+
+impl MeasureStart {
+    /// From now, with the broker process `broker_pid`'s writes when it runs here.
+    pub fn now(counters: Counters, warmed_up: bool, broker_pid: Option<u32>) -> MeasureStart {
+        MeasureStart {
+            at: Instant::now(),
+            counters,
+            warmed_up,
+            disk: DiskSample::read(broker_pid),
+        }
+    }
 }
 
 impl MeasureStart {
@@ -185,14 +226,17 @@ impl MeasureStart {
         run_start: Instant,
         cpu_at_start: f64,
     ) -> Summary {
+        let measured_s = (now - self.at).as_secs_f64();
         let mut summary = Summary::new(
-            (now - self.at).as_secs_f64(),
+            measured_s,
             counters.since(&self.counters),
             latency,
             process_cpu_s() - cpu_at_start,
             (now - run_start).as_secs_f64(),
         );
         summary.measured = self.warmed_up;
+        let disk_now = DiskSample::read(self.disk.broker_pid());
+        summary.disk = self.disk.figures(&disk_now, measured_s);
         summary
     }
 }
@@ -215,6 +259,7 @@ impl Summary {
             latency,
             process_cpu_s: cpu_s,
             process_cores: cpu_s / wall_s.max(1e-9),
+            disk: DiskFigures::default(),
         }
     }
 
@@ -244,12 +289,13 @@ impl Summary {
                 "Bench process CPU: {:.2}s user+system, {:.2} cores on average",
                 self.process_cpu_s, self.process_cores
             ),
+            self.disk.line(),
         ]
     }
 }
 
 /// One report interval of `bench consume`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConsumeInterval {
     pub elapsed_s: f64,
     pub interval_s: f64,
@@ -372,6 +418,31 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("| 10.00 MB/s 80.0 Mbit/s"), "{line}");
+    }
+
+    #[test]
+    fn pulsar_line_has_pulsar_perf_fields_in_order() {
+        let delta = Counters {
+            messages: 10_000,
+            bytes: 10_000 * 4_096,
+            send_failed: 3,
+            response_failed: 1,
+        };
+        let latency = Percentiles {
+            count: 10_000,
+            mean_ms: 8.609,
+            p50_ms: 6.987,
+            p95_ms: 16.778,
+            p99_ms: 37.272,
+            p999_ms: 68.692,
+            p9999_ms: 72.774,
+            max_ms: 73.817,
+        };
+        let interval = ProduceInterval::new(2.0, 2.0, false, &delta, &delta, latency, 0.0);
+        assert_eq!(
+            interval.pulsar_line(),
+            "Throughput produced:     5000.0  msg/s ---    163.8 Mbit/s --- failure    2.0 msg/s --- Latency: mean:   8.609 ms - med:   6.987 - 95pct:  16.778 - 99pct:  37.272 - 99.9pct:  68.692 - 99.99pct:  72.774 - Max:  73.817"
+        );
     }
 
     #[test]

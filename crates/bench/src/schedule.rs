@@ -2,12 +2,16 @@
 //! boundary exactly at the end of the warm-up (so no interval mixes warm-up and measurement),
 //! and the end at warm-up plus `--duration`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use tokio::time::Instant;
 
 /// Why a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stop {
     /// `--duration` passed or `--messages` were all sent.
     Goal,
@@ -78,8 +82,49 @@ impl Schedule {
     }
 }
 
-/// Waits until `at`, Ctrl-C or SIGTERM, or `done` (every sender finished); says which.
-pub async fn wait_until(at: Instant, done: &tokio::sync::Notify) -> Option<Stop> {
+/// Ctrl-C or SIGTERM, watched once for the whole process: a signal that comes while no
+/// measurement waits (between a sweep's points, while a topic is created) is kept, so the
+/// next wait sees it at once.
+pub struct Interrupt {
+    signalled: AtomicBool,
+    arrived: Notify,
+}
+
+static INTERRUPT: OnceLock<Arc<Interrupt>> = OnceLock::new();
+
+impl Interrupt {
+    /// The process's watcher; the first call (inside the runtime) starts it.
+    pub fn get() -> Arc<Interrupt> {
+        INTERRUPT
+            .get_or_init(|| {
+                let interrupt = Arc::new(Interrupt {
+                    signalled: AtomicBool::new(false),
+                    arrived: Notify::new(),
+                });
+                tokio::spawn(watch(interrupt.clone()));
+                interrupt
+            })
+            .clone()
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.signalled.load(Ordering::Acquire)
+    }
+
+    /// Returns once a signal has arrived (at once if one already did).
+    pub async fn wait(&self) {
+        let arrived = self.arrived.notified();
+        tokio::pin!(arrived);
+        // Registered before the flag is read, so a signal in between is not missed.
+        arrived.as_mut().enable();
+        if self.is_set() {
+            return;
+        }
+        arrived.await;
+    }
+}
+
+async fn watch(interrupt: Arc<Interrupt>) {
     use tokio::signal::unix::{signal, SignalKind};
     // Without a SIGTERM handler (not expected on Linux) only Ctrl-C stops the run early.
     let mut terminate = signal(SignalKind::terminate()).ok();
@@ -90,9 +135,19 @@ pub async fn wait_until(at: Instant, done: &tokio::sync::Notify) -> Option<Stop>
         }
     };
     tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated => {}
+    }
+    interrupt.signalled.store(true, Ordering::Release);
+    interrupt.arrived.notify_waiters();
+}
+
+/// Waits until `at`, Ctrl-C or SIGTERM, or `done` (every sender finished); says which.
+pub async fn wait_until(at: Instant, done: &Notify) -> Option<Stop> {
+    let interrupt = Interrupt::get();
+    tokio::select! {
         _ = tokio::time::sleep_until(at) => None,
-        _ = tokio::signal::ctrl_c() => Some(Stop::Interrupted),
-        _ = terminated => Some(Stop::Interrupted),
+        _ = interrupt.wait() => Some(Stop::Interrupted),
         _ = done.notified() => Some(Stop::Goal),
     }
 }

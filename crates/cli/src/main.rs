@@ -72,10 +72,12 @@ enum Command {
         #[arg(short = 'n', long = "namesrv")]
         namesrv: Option<String>,
     },
-    /// Measure a Quiver or RocketMQ cluster: send or consume and report TPS and latency.
+    /// Measure a Quiver or RocketMQ cluster: send or consume and report TPS and latency; sweep
+    /// a plan of scenarios, find the peak, compare runs, soak with every message accounted for.
     Bench {
+        // Boxed: the bench's options would make every other command as large.
         #[command(subcommand)]
-        command: quiver_bench::BenchCommand,
+        command: Box<quiver_bench::BenchCommand>,
     },
 }
 
@@ -96,8 +98,13 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> ExitCode {
     if let Command::Bench { command } = cli.command {
         // The bench builds its own small runtime (1-2 workers): its senders are tasks.
-        return match quiver_bench::run(command) {
+        return match quiver_bench::run(*command) {
             Ok(()) => ExitCode::SUCCESS,
+            // The run worked and found a loss: told apart from a run that could not work.
+            Err(error @ quiver_bench::BenchError::MessagesMissing { .. }) => {
+                eprintln!("quiver bench: {error}");
+                ExitCode::from(1)
+            }
             Err(error) => {
                 eprintln!("quiver bench: {error}");
                 ExitCode::from(2)
