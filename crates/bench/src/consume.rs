@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use hdrhistogram::Histogram;
 use quiver_client::{
-    Client, ClientConfig, ConsumeFrom, MessageQueue, PushConsumer, PushConsumerConfig,
-    StoredMessage,
+    Client, ClientConfig, ConsumeFrom, MessageQueue, PopConsumer, PopConsumerConfig, PushConsumer,
+    PushConsumerConfig, StoredMessage,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -103,14 +103,21 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
     } else {
         ConsumeFrom::LastOffset
     };
-    let consumer = start_consumer(client, config, &tally, namesrv).await?;
+    let consumer = if args.pop {
+        Consumer::Pop(start_pop_consumers(&args, client, &tally).await?)
+    } else {
+        Consumer::Push(start_consumer(client, config, &tally, namesrv).await?)
+    };
+    let assigned = match &consumer {
+        Consumer::Push(push) => format!("{} queue(s) assigned", push.assigned().len()),
+        Consumer::Pop(pops) => format!("popping with {} consumer(s)", pops.len()),
+    };
     println!(
-        "quiver bench consume: topic {}, group {}, expression {}, {} queue(s) assigned, name server {}\n\
+        "quiver bench consume: topic {}, group {}, expression {}, {assigned}, name server {}\n\
          B2C and S2C come from millisecond timestamps (0.001 ms means under 1 ms)\nmachine: {}",
         args.topic,
         args.group,
         args.expression,
-        consumer.assigned().len(),
         namesrv,
         machine.line()
     );
@@ -126,8 +133,17 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
         println!("{line}");
     }
     println!("S2C: mean {:.3} ms, {}", s2c.mean_ms, s2c.line());
-    if let Err(error) = consumer.shutdown().await {
-        eprintln!("quiver bench: committing offsets at the end failed: {error}");
+    match consumer {
+        Consumer::Push(push) => {
+            if let Err(error) = push.shutdown().await {
+                eprintln!("quiver bench: committing offsets at the end failed: {error}");
+            }
+        }
+        Consumer::Pop(pops) => {
+            for pop in pops {
+                pop.shutdown().await;
+            }
+        }
     }
     if let Some(path) = &args.run.json {
         let record = Record {
@@ -150,6 +166,50 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
         println!("Wrote {}", path.display());
     }
     Ok(())
+}
+
+enum Consumer {
+    Push(PushConsumer),
+    Pop(Vec<PopConsumer>),
+}
+
+/// `--pop`: the group switched to POP on every master of the topic, and `--pop-consumers`
+/// pop consumers whose messages go to `tally`, each acknowledging every message it gets.
+async fn start_pop_consumers(
+    args: &ConsumeArgs,
+    client: Client,
+    tally: &Arc<Tally>,
+) -> Result<Vec<PopConsumer>, BenchError> {
+    let namesrv = &args.run.namesrv;
+    let route = client
+        .refresh_route(&args.topic)
+        .await
+        .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
+    for addr in route.masters.values() {
+        client
+            .set_pop_mode(addr, &args.topic, &args.group, true)
+            .await?;
+    }
+    let mut consumers = Vec::new();
+    for _ in 0..args.pop_consumers {
+        let mut config = PopConsumerConfig::new(&args.group, &args.topic);
+        config.expression = args.expression.clone();
+        config.from_first = args.from == "first";
+        config.loops = args.pop_loops as usize;
+        let sink = tally.clone();
+        let listener = Arc::new(move |message: &StoredMessage| {
+            let queue = MessageQueue {
+                queue_id: message.queue_id,
+                ..MessageQueue::default()
+            };
+            sink.consumed(&queue, std::slice::from_ref(message));
+            true
+        });
+        // Each consumer its own client, so its pops travel on a connection of their own.
+        let own = Client::new(ClientConfig::new(namesrv))?;
+        consumers.push(PopConsumer::start(own, config, listener).await?);
+    }
+    Ok(consumers)
 }
 
 /// A push consumer whose messages go to `tally`.

@@ -199,6 +199,16 @@ pub struct ConsumeArgs {
     /// Where a queue without a committed offset starts.
     #[arg(long, default_value = "last", value_parser = ["last", "first"])]
     pub from: String,
+    /// Consume by pop (RocketMQ 5): switch the group to POP on every master of the topic and
+    /// pop from any queue, acknowledging each pop's messages in one batch.
+    #[arg(long)]
+    pub pop: bool,
+    /// With --pop: pop consumers in the group, each with its own connection.
+    #[arg(long = "pop-consumers", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256), requires = "pop")]
+    pub pop_consumers: u32,
+    /// With --pop: pops in flight per consumer and master.
+    #[arg(long = "pop-loops", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), requires = "pop")]
+    pub pop_loops: u32,
     #[command(flatten)]
     pub run: RunArgs,
 }

@@ -203,6 +203,39 @@ fn produce_then_consume_report_and_write_json() {
     assert!(stdout.contains("Consume TPS: "), "{stdout}");
     assert!(stdout.contains("AVG(B2C) RT(ms)"), "{stdout}");
     assert!(stdout.contains("300 messages"), "{stdout}");
+
+    // By pop (RocketMQ 5): another group, two pop consumers, every message once.
+    let json = dir.path().join("pop.json");
+    let popped = bench(&[
+        "consume",
+        "-n",
+        &namesrv,
+        "-t",
+        "BenchCli",
+        "-g",
+        "bench_cli_pop",
+        "--pop",
+        "--pop-consumers",
+        "2",
+        "--from",
+        "first",
+        "--messages",
+        "300",
+        "--report-interval",
+        "0.2",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = text(&popped.stdout);
+    assert!(
+        popped.status.success(),
+        "{stdout}\n{}",
+        text(&popped.stderr)
+    );
+    assert!(stdout.contains("popping with 2 consumer(s)"), "{stdout}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid json");
+    assert_eq!(record["summary"]["counters"]["messages"], 300, "{stdout}");
 }
 
 /// Established loopback connections whose far end is `port` (the connecting side of each).
