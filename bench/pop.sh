@@ -4,8 +4,9 @@
 # then for each consumer count a new group is switched to POP with the unchanged mqadmin
 # (`setConsumeMode -m POP`) and bench/rocketmq/PopBench.java pops and acknowledges the whole topic
 # with that many DefaultMQPushConsumer instances (clientRebalance=false, 20 consume threads and 32
-# messages per pop each, as the 5.5.0 client defaults). Prints pop+ack messages per second and
-# the broker's CPU seconds per 100,000 messages.
+# messages per pop each, as the 5.5.0 client defaults), then a fresh group pops it again with
+# `quiver bench consume --pop` (quiver-client's pop consumer: one BATCH_ACK_MESSAGE per pop).
+# Prints pop+ack messages per second and the broker's CPU seconds per 100,000 messages.
 #
 #   bench/pop.sh                          # 100,000 messages, 4 and 16 consumers
 #   MESSAGES=20000 CONSUMERS="4" SYSTEMS=quiver bench/pop.sh
@@ -21,7 +22,7 @@ CONSUMERS=${CONSUMERS:-"4 16"}
 SYSTEMS=${SYSTEMS:-"quiver rocketmq"}
 TOPIC=PopBench
 
-for tool in java javac mvn unshare nsenter ip; do
+for tool in java javac mvn jq unshare nsenter ip; do
   command -v "$tool" >/dev/null || { echo "pop.sh: $tool is required" >&2; exit 2; }
 done
 [ "$(id -u)" = 0 ] || { echo "pop.sh: run as root (unshare -n needs it)" >&2; exit 2; }
@@ -151,7 +152,18 @@ EOF2
     count=$(echo "$line" | sed 's/.*consumed=\([0-9]*\).*/\1/')
     cpu=$(awk -v t=$((after - before)) -v n="$count" -v hz="$(getconf CLK_TCK)" \
       'BEGIN { if (n > 0) printf "%.2f", t / hz / n * 100000; else print "-" }')
-    echo "| $system | $consumers | $line | $cpu |" | tee -a "$ROWS"
+    echo "| $system | $consumers | Java PopBench | $line | $cpu |" | tee -a "$ROWS"
+    # The same with quiver-client's pop consumer (one BATCH_ACK per pop) in a fresh group.
+    group="pop_quiver_${consumers}_$RANDOM"
+    before=$(cpu_ticks "$broker")
+    nsenter -t "$holder" -n "$QUIVER" bench consume -n 127.0.0.1:9876 -t "$TOPIC" -g "$group" --pop \
+      --pop-consumers "$consumers" --from first --messages "$MESSAGES" --report-interval 5 \
+      --json "$home/quiver-pop-$consumers.json" >"$home/quiver-pop-$consumers.txt" 2>&1
+    after=$(cpu_ticks "$broker")
+    rate=$(jq '.summary.throughput.messages_per_s' "$home/quiver-pop-$consumers.json")
+    cpu=$(awk -v t=$((after - before)) -v n="$MESSAGES" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN { printf "%.2f", t / hz / n * 100000 }')
+    echo "| $system | $consumers | quiver bench consume --pop | tps=${rate%.*} | $cpu |" | tee -a "$ROWS"
   done
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -159,6 +171,6 @@ EOF2
 done
 
 echo
-echo "| system | consumers | PopBench | broker CPU s / 100k messages |"
-echo "|---|---|---|---|"
+echo "| system | consumers | driver | result | broker CPU s / 100k messages |"
+echo "|---|---|---|---|---|"
 cat "$ROWS"

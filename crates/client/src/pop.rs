@@ -172,9 +172,7 @@ async fn pop_once(
         exp: Some(config.expression.clone()),
         order: Some(false),
     };
-    let request = client
-        .request(request_code::POP_MESSAGE)
-        .with_ext(header.to_ext());
+    let request = pop_request(request_code::POP_MESSAGE).with_ext(header.to_ext());
     let timeout = client.request_timeout() + Duration::from_millis(config.poll_ms.max(0) as u64);
     let response = client.call_with_timeout(addr, request, timeout).await?;
     match response.code {
@@ -257,14 +255,18 @@ async fn pop_once(
             broker_name: broker_name.to_owned(),
             acks,
         };
-        let request = client
-            .request(request_code::BATCH_ACK_MESSAGE)
-            .with_body(body::to_json(&batch));
+        let request = pop_request(request_code::BATCH_ACK_MESSAGE).with_body(body::to_json(&batch));
         client
             .call_expecting(addr, request, &[response_code::SUCCESS])
             .await?;
     }
     Ok(messages.len())
+}
+
+/// Pop codes do not fit the binary header's 16-bit code field (200050 arrives as 3442, which a
+/// RocketMQ broker refuses): they always travel JSON-encoded, as Java clients send them.
+fn pop_request(code: i32) -> quiver_wire::Command {
+    quiver_wire::Command::request(code, quiver_wire::Encoding::Json)
 }
 
 fn encode_base64(bytes: &[u8]) -> String {
