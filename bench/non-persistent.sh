@@ -35,6 +35,9 @@ done
 
 WORK="$(mktemp -d /tmp/quiver-np.XXXXXX)"
 PIDS=()
+SCRIPT=non-persistent.sh
+# shellcheck source=lib.sh
+source "$REPO/bench/lib.sh"
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -50,28 +53,7 @@ fi
 cp "$QUIVER" "$WORK/quiver"
 QUIVER="$WORK/quiver"
 
-new_namespace() {
-  unshare -n sleep infinity >/dev/null 2>&1 &
-  NS=$!
-  PIDS+=("$NS")
-  for _ in $(seq 50); do
-    [ "$(readlink "/proc/$NS/ns/net")" != "$(readlink /proc/self/ns/net)" ] && break
-    sleep 0.05
-  done
-  nsenter -t "$NS" -n ip link set lo up
-}
-in_ns() { local holder=$1; shift; nsenter -t "$holder" -n "$@"; }
 
-wait_for_line() { # FILE PATTERN SECONDS
-  local file=$1 pattern=$2 seconds=$3
-  for _ in $(seq $((seconds * 10))); do
-    grep -q "$pattern" "$file" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "non-persistent.sh: no \"$pattern\" in $file after ${seconds}s:" >&2
-  tail -20 "$file" >&2
-  exit 1
-}
 
 ROWS="$WORK/rows.tsv"
 : >"$ROWS"

@@ -34,6 +34,9 @@ done
 
 WORK="$(mktemp -d /tmp/quiver-timer.XXXXXX)"
 PIDS=()
+SCRIPT=timer.sh
+# shellcheck source=lib.sh
+source "$REPO/bench/lib.sh"
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -56,27 +59,7 @@ CP="$(cat "$WORK/classpath.txt")"
 mkdir -p "$WORK/classes"
 javac -nowarn -cp "$CP" -d "$WORK/classes" "$REPO/bench/rocketmq/TimerLateness.java"
 
-new_namespace() {
-  unshare -n sleep infinity >/dev/null 2>&1 &
-  NS=$!
-  PIDS+=("$NS")
-  for _ in $(seq 50); do
-    [ "$(readlink "/proc/$NS/ns/net")" != "$(readlink /proc/self/ns/net)" ] && break
-    sleep 0.05
-  done
-  nsenter -t "$NS" -n ip link set lo up
-}
 
-wait_for_line() { # FILE PATTERN SECONDS
-  local file=$1 pattern=$2 seconds=$3
-  for _ in $(seq $((seconds * 10))); do
-    grep -q "$pattern" "$file" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "timer.sh: no \"$pattern\" in $file after ${seconds}s:" >&2
-  tail -20 "$file" >&2
-  exit 1
-}
 
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
