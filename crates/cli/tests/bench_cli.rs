@@ -3,29 +3,9 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn bench(args: &[&str]) -> Output {
-    Command::new(common::binary())
-        .arg("bench")
-        .args(args)
-        .output()
-        .expect("run quiver bench")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-#[track_caller]
-fn assert_fails(output: &Output, message: &str) {
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
-    assert!(
-        stderr.contains(message),
-        "expected {message:?} in: {stderr}"
-    );
-}
+use common::bench::{assert_fails, bench, text};
 
 #[test]
 fn bad_flags_are_refused_with_the_reason() {

@@ -19,10 +19,12 @@ use crate::state::Broker;
 use crate::topic::PERM_WRITE;
 
 mod admin;
+mod assignment;
 mod client;
 mod lock;
 mod offset;
 mod pop;
+mod pop_watch;
 mod pull;
 mod query;
 mod replica;
@@ -144,16 +146,16 @@ fn handler_for(code: i32) -> Option<Handler> {
         GET_ALL_CONSUMER_OFFSET => replica::all_consumer_offset,
         GET_ALL_DELAY_OFFSET => replica::all_delay_offset,
         GET_ALL_SUBSCRIPTIONGROUP_CONFIG => replica::all_subscription_group,
-        SET_MESSAGE_REQUEST_MODE => pop::set_mode,
-        GET_ALL_MESSAGE_REQUEST_MODE => pop::all_modes,
-        QUERY_ASSIGNMENT => pop::query_assignment,
+        SET_MESSAGE_REQUEST_MODE => assignment::set_mode,
+        GET_ALL_MESSAGE_REQUEST_MODE => assignment::all_modes,
+        QUERY_ASSIGNMENT => assignment::query_assignment,
         POP_MESSAGE => pop::pop,
         ACK_MESSAGE => pop::ack,
         BATCH_ACK_MESSAGE => pop::batch_ack,
         CHANGE_MESSAGE_INVISIBLETIME => pop::change_invisible_time,
-        PEEK_MESSAGE => pop::peek,
-        NOTIFICATION => pop::notification,
-        POLLING_INFO => pop::polling_info,
+        PEEK_MESSAGE => pop_watch::peek,
+        NOTIFICATION => pop_watch::notification,
+        POLLING_INFO => pop_watch::polling_info,
         _ => return None,
     })
 }

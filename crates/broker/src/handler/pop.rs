@@ -1,146 +1,36 @@
-//! RocketMQ 5 pop consumption: SET_MESSAGE_REQUEST_MODE (401), GET_ALL_MESSAGE_REQUEST_MODE
-//! (402), QUERY_ASSIGNMENT (400), POP_MESSAGE (200050), ACK_MESSAGE (200051),
-//! CHANGE_MESSAGE_INVISIBLETIME (200053) and BATCH_ACK_MESSAGE (200151). The state they change
-//! is `crate::pop`; reviving unacknowledged messages is `crate::pop_revive`.
+//! RocketMQ 5 pop consumption: POP_MESSAGE (200050), ACK_MESSAGE (200051),
+//! CHANGE_MESSAGE_INVISIBLETIME (200053) and BATCH_ACK_MESSAGE (200151). Modes and assignments
+//! are `assignment.rs`; PEEK, NOTIFICATION and POLLING_INFO are `pop_watch.rs`. The state they
+//! change is `crate::pop`; reviving unacknowledged messages is `crate::pop_revive`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_store::ReadStatus;
-use quiver_wire::body::{
-    self, BatchAckMessageRequestBody, MessageQueue, MessageQueueAssignment,
-    QueryAssignmentRequestBody, QueryAssignmentResponseBody, SetMessageRequestModeRequestBody,
-};
+use quiver_wire::body::{self, BatchAckMessageRequestBody};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
-    ext_or_err, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader,
-    NotificationRequestHeader, PeekMessageRequestHeader, PollingInfoRequestHeader,
-    PopMessageRequestHeader,
+    ext_or_err, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader,
 };
 use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal, Reply};
 use crate::clients::TagFilter;
-use crate::pop::{retry_topic, Claim, QueueKey, MODE_POP, MODE_PULL};
+use crate::pop::{retry_topic, Claim, QueueKey};
 use crate::state::Broker;
-use crate::topic::{validate_group_name, PERM_READ, RETRY_PREFIX};
+use crate::topic::{validate_group_name, PERM_READ};
 
 /// Java refuses more per pop.
-const POP_MESSAGES_MAX: i32 = 32;
-const POP_BYTES_MAX: u32 = 4 * 1024 * 1024;
+pub(super) const POP_MESSAGES_MAX: i32 = 32;
+pub(super) const POP_BYTES_MAX: u32 = 4 * 1024 * 1024;
 /// Clients time a pop out after pollTime + 10 s; hold no longer than this.
-const POLL_MS_MAX: i64 = 25_000;
+pub(super) const POLL_MS_MAX: i64 = 25_000;
 /// The only revive queue: the handle carries it, and Quiver needs no more.
-const REVIVE_QID: i32 = 0;
+pub(super) const REVIVE_QID: i32 = 0;
 /// Retry flags in handles and offset infos: "0" normal topic, "1" pop retry topic (V1 name).
 const NORMAL: &str = "0";
 const RETRY: &str = "1";
-
-pub fn set_mode(call: &Call, request: &Command) -> Handled {
-    let mode: SetMessageRequestModeRequestBody = body::from_json(&request.body)
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
-    if mode.mode != MODE_POP && mode.mode != MODE_PULL {
-        let remark = format!("mode {:?} is not POP or PULL", mode.mode);
-        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
-    }
-    validate_group_name(&mode.consumer_group)
-        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
-    if mode.topic.starts_with(RETRY_PREFIX) {
-        return Err(Refusal::new(
-            response_code::INVALID_PARAMETER,
-            "retry topics are consumed by pull",
-        ));
-    }
-    tracing::info!(topic = %mode.topic, group = %mode.consumer_group, mode = %mode.mode, "message request mode set");
-    call.broker.pop.set_mode(mode);
-    answer(request.response_to(response_code::SUCCESS))
-}
-
-pub fn all_modes(call: &Call, request: &Command) -> Handled {
-    let modes = call.broker.pop.modes();
-    answer(
-        request
-            .response_to(response_code::SUCCESS)
-            .with_body(body::to_json(&modes)),
-    )
-}
-
-/// Server-side rebalance. A (topic, group) in pop mode gets queue -1 ("pop from any queue") on
-/// this broker; otherwise the queues are shared out averagely among the group's live clients,
-/// as the client's own AVG strategy would, for pull consumption. Retry topics are always pulled.
-pub fn query_assignment(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
-    let query: QueryAssignmentRequestBody = body::from_json(&request.body)
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
-    let Some(shape) = broker.topics.shape(&query.topic) else {
-        let remark = format!("topic[{}] not exist", query.topic);
-        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
-    };
-    let queue = |queue_id: i32| MessageQueue {
-        topic: query.topic.clone(),
-        broker_name: broker.config.broker_name.clone(),
-        queue_id,
-    };
-    let pop = !query.topic.starts_with(RETRY_PREFIX)
-        && query.message_model != "BROADCASTING"
-        && broker.pop.is_pop(&query.topic, &query.consumer_group);
-    let assignments = if pop {
-        vec![MessageQueueAssignment {
-            message_queue: queue(-1),
-            mode: MODE_POP.into(),
-        }]
-    } else {
-        let queues: Vec<i32> = (0..shape.read_queues.max(0)).collect();
-        let mut clients = broker.clients.consumer_ids(&query.consumer_group);
-        clients.sort();
-        let mine = if query.message_model == "BROADCASTING" {
-            queues
-        } else {
-            match clients.iter().position(|c| *c == query.client_id) {
-                Some(index) => average_share(&queues, index, clients.len()),
-                None => Vec::new(),
-            }
-        };
-        mine.into_iter()
-            .map(|queue_id| MessageQueueAssignment {
-                message_queue: queue(queue_id),
-                mode: MODE_PULL.into(),
-            })
-            .collect()
-    };
-    let body = QueryAssignmentResponseBody {
-        message_queue_assignments: assignments,
-    };
-    answer(
-        request
-            .response_to(response_code::SUCCESS)
-            .with_body(body::to_json(&body)),
-    )
-}
-
-/// RocketMQ's AllocateMessageQueueAveragely: the share of the client at `index` of `count`.
-fn average_share(queues: &[i32], index: usize, count: usize) -> Vec<i32> {
-    let n = queues.len();
-    if count == 0 || index >= count {
-        return Vec::new();
-    }
-    let remainder = n % count;
-    let size = if n <= count {
-        1
-    } else if remainder > 0 && index < remainder {
-        n / count + 1
-    } else {
-        n / count
-    };
-    let start = if remainder > 0 && index < remainder {
-        index * size
-    } else {
-        index * size + remainder
-    };
-    let range = size.min(n.saturating_sub(start));
-    queues.iter().skip(start).take(range).copied().collect()
-}
 
 /// What one pass over the queues found.
 #[derive(Default)]
@@ -252,16 +142,8 @@ async fn poll(
         if found.count > 0 || tokio::time::Instant::now() >= deadline {
             return pop_response(response, &header, found, now, broker.pop.limits);
         }
-        let any = std::future::poll_fn(|cx| {
-            for wake in wakes.iter_mut() {
-                if std::pin::Pin::new(wake).poll(cx).is_ready() {
-                    return std::task::Poll::Ready(());
-                }
-            }
-            std::task::Poll::Pending
-        });
         tokio::select! {
-            _ = any => {}
+            _ = any_arrival(&mut wakes) => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = broker.waiters.until_closed() => {
                 let found = pop_once(&broker, &header, &queues, &filter, crate::clock::now_ms());
@@ -271,7 +153,19 @@ async fn poll(
     }
 }
 
-use std::future::Future;
+/// Completes when any of the parked wake-ups fires (a message landed on one of the queues).
+pub(super) async fn any_arrival(wakes: &mut [tokio::sync::oneshot::Receiver<()>]) {
+    use std::future::Future;
+    std::future::poll_fn(|cx| {
+        for wake in wakes.iter_mut() {
+            if std::pin::Pin::new(wake).poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
 
 fn pop_response(
     mut response: Command,
@@ -607,173 +501,6 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
     answer(request.response_to(response_code::SUCCESS).with_ext(ext))
 }
 
-/// The readable queues a request names: -1 for all of them.
-fn named_queues(broker: &Broker, topic: &str, queue_id: i32) -> Result<Vec<i32>, Refusal> {
-    let Some(shape) = broker.topics.shape(topic) else {
-        let remark = format!("topic[{topic}] not exist, apply first please!");
-        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
-    };
-    if queue_id >= shape.read_queues {
-        let remark = format!(
-            "queueId[{queue_id}] is illegal, topic {topic} has {} read queues",
-            shape.read_queues
-        );
-        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
-    }
-    Ok(if queue_id < 0 {
-        (0..shape.read_queues.max(0)).collect()
-    } else {
-        vec![queue_id]
-    })
-}
-
-/// Where the group's next pop of a queue starts (its cursor, or its committed offset, or the
-/// queue's start).
-fn next_pop_offset(broker: &Broker, group: &str, topic: &str, queue_id: i32) -> u64 {
-    let key = QueueKey {
-        group: group.to_string(),
-        topic: topic.to_string(),
-        queue_id,
-    };
-    let min = broker.store.bounds(topic, queue_id as u32).min_offset;
-    broker
-        .pop
-        .cursor(&key)
-        .or_else(|| {
-            broker
-                .offsets
-                .get(topic, group, queue_id)
-                .map(|o| o.max(0) as u64)
-        })
-        .unwrap_or(min)
-        .max(min)
-}
-
-/// PEEK_MESSAGE: up to maxMsgNums messages from where the group's next pop would start,
-/// handed out to nobody (no invisible time, no cursor moved).
-pub fn peek(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
-    let header = PeekMessageRequestHeader::from_ext(ext_or_err(request)?)?;
-    if !(1..=POP_MESSAGES_MAX).contains(&header.max_msg_nums) {
-        let remark = format!("the max message number of a peek is 1 to {POP_MESSAGES_MAX}");
-        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
-    }
-    let mut body = Vec::new();
-    let mut count = 0usize;
-    let mut rest = 0u64;
-    for queue_id in named_queues(broker, &header.topic, header.queue_id)? {
-        let from = next_pop_offset(broker, &header.consumer_group, &header.topic, queue_id);
-        let end = broker
-            .store
-            .bounds(&header.topic, queue_id as u32)
-            .max_offset;
-        let wanted = (header.max_msg_nums as usize).saturating_sub(count);
-        if wanted > 0 && from < end {
-            if let Ok(read) = broker.store.read(
-                &header.topic,
-                queue_id as u32,
-                from,
-                wanted as u32,
-                POP_BYTES_MAX,
-                &|_| true,
-            ) {
-                count += read.message_count as usize;
-                body.extend_from_slice(&read.bytes);
-            }
-        }
-        rest += end.saturating_sub(from);
-    }
-    let ext = ExtFields::new()
-        .with("popTime", call.now_ms)
-        .with("invisibleTime", 0)
-        .with("reviveQid", REVIVE_QID)
-        .with("restNum", rest.saturating_sub(count as u64));
-    let code = if count > 0 {
-        response_code::SUCCESS
-    } else {
-        response_code::PULL_NOT_FOUND
-    };
-    answer(request.response_to(code).with_ext(ext).with_body(body))
-}
-
-/// Whether the group has something to pop on the queues (or its pop retry topic).
-fn has_message(broker: &Broker, group: &str, topic: &str, queues: &[i32]) -> bool {
-    let retry = retry_topic(group, topic);
-    let retry_waiting = broker.topics.shape(&retry).is_some()
-        && next_pop_offset(broker, group, &retry, 0) < broker.store.bounds(&retry, 0).max_offset;
-    retry_waiting
-        || queues.iter().any(|queue_id| {
-            next_pop_offset(broker, group, topic, *queue_id)
-                < broker.store.bounds(topic, *queue_id as u32).max_offset
-        })
-}
-
-/// NOTIFICATION: answers `hasMsg` at once when there is something to pop, else when something
-/// lands or the poll time runs out.
-pub fn notification(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
-    let header = NotificationRequestHeader::from_ext(ext_or_err(request)?)?;
-    let queues = named_queues(broker, &header.topic, header.queue_id)?;
-    let response = request.response_to(response_code::SUCCESS);
-    let answer_with = |response: Command, has: bool| {
-        response.with_ext(
-            ExtFields::new()
-                .with("hasMsg", has)
-                .with("pollingFull", false),
-        )
-    };
-    if has_message(broker, &header.consumer_group, &header.topic, &queues) || header.poll_time <= 0
-    {
-        let has = has_message(broker, &header.consumer_group, &header.topic, &queues);
-        return Ok(Reply::Now(answer_with(response, has)));
-    }
-    let broker = broker.clone();
-    Ok(Reply::Wait(Box::pin(async move {
-        let _polling = broker.pop.polling(&header.topic, &header.consumer_group);
-        let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
-        let deadline = tokio::time::Instant::now() + hold;
-        loop {
-            let mut wakes = Vec::new();
-            for queue_id in &queues {
-                let end = broker
-                    .store
-                    .bounds(&header.topic, *queue_id as u32)
-                    .max_offset;
-                wakes.extend(broker.waiters.park(&header.topic, *queue_id as u32, end));
-            }
-            let has = has_message(&broker, &header.consumer_group, &header.topic, &queues);
-            if has || tokio::time::Instant::now() >= deadline {
-                return answer_with(response, has);
-            }
-            let any = std::future::poll_fn(|cx| {
-                for wake in wakes.iter_mut() {
-                    if std::pin::Pin::new(wake).poll(cx).is_ready() {
-                        return std::task::Poll::Ready(());
-                    }
-                }
-                std::task::Poll::Pending
-            });
-            tokio::select! {
-                _ = any => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = broker.waiters.until_closed() => return answer_with(response, false),
-            }
-        }
-    })))
-}
-
-/// POLLING_INFO: how many pops (and notifications) of the group wait on the topic now.
-pub fn polling_info(call: &Call, request: &Command) -> Handled {
-    let header = PollingInfoRequestHeader::from_ext(ext_or_err(request)?)?;
-    named_queues(call.broker, &header.topic, header.queue_id)?;
-    let count = call
-        .broker
-        .pop
-        .polling_count(&header.topic, &header.consumer_group);
-    let ext = ExtFields::new().with("pollingNum", count);
-    answer(request.response_to(response_code::SUCCESS).with_ext(ext))
-}
-
 /// Standard base64 (with or without padding), as java.util.Base64 writes a BitSet.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::new();
@@ -802,15 +529,6 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_average_share_matches_rocketmqs() {
-        let queues: Vec<i32> = (0..8).collect();
-        assert_eq!(average_share(&queues, 0, 3), [0, 1, 2]);
-        assert_eq!(average_share(&queues, 1, 3), [3, 4, 5]);
-        assert_eq!(average_share(&queues, 2, 3), [6, 7]);
-        assert_eq!(average_share(&queues[..2], 2, 3), Vec::<i32>::new());
-    }
 
     #[test]
     fn base64_decodes_java_bitsets() {

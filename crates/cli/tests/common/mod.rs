@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod bench;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
