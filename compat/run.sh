@@ -42,18 +42,29 @@ source "$COMPAT/ensure-tools.sh"
 MVN=(mvn -B -q "-Dmaven.repo.local=$M2" -Dsurefire.rerunFailingTestsCount=1)
 $INSIDE_NAMESPACE && MVN+=(-o)
 
-# Resolves every jar the run needs (online), and writes the tools' class path.
+# Runs Maven quietly; on failure prints what it said (compile errors, unresolved jars) and fails.
+quiet_mvn() {
+    local output
+    if ! output="$("${MVN[@]}" "$@" 2>&1)"; then
+        log "mvn $* failed:"
+        printf '%s\n' "$output" | grep -v '^\s*$' | tail -n 60 >&2
+        return 1
+    fi
+}
+
+# Resolves every jar the run needs (online), compiles the tests against both clients, and
+# writes the tools' class path.
 resolve() {
     mkdir -p "$COMPAT/target"
     local reference_profile=()
     [ "$TARGET" = reference ] && reference_profile=(-Preference)
-    "${MVN[@]}" -f "$COMPAT/tools/pom.xml" "${reference_profile[@]}" dependency:build-classpath \
-        "-Dmdep.outputFile=$COMPAT/target/tools.classpath" >/dev/null
+    quiet_mvn -f "$COMPAT/tools/pom.xml" "${reference_profile[@]}" dependency:build-classpath \
+        "-Dmdep.outputFile=$COMPAT/target/tools.classpath"
     # Running no test still resolves the test class path and Surefire's JUnit provider, so a
     # later offline run (inside the namespace) has everything.
     local none=(test -Dtest=NoSuchTest -Dsurefire.failIfNoSpecifiedTests=false)
-    "${MVN[@]}" -f "$COMPAT/pom.xml" "${none[@]}" >/dev/null
-    "${MVN[@]}" -f "$COMPAT/pom.xml" -P client-4 "${none[@]}" >/dev/null
+    quiet_mvn -f "$COMPAT/pom.xml" "${none[@]}"
+    quiet_mvn -f "$COMPAT/pom.xml" -P client-4 "${none[@]}"
 }
 
 WORK=""
