@@ -56,7 +56,7 @@ struct Tables {
     /// group -> client id -> member
     consumers: BTreeMap<String, BTreeMap<String, Member>>,
     /// group -> client id -> (connection, last seen)
-    producers: BTreeMap<String, BTreeMap<String, (ConnectionId, i64)>>,
+    producers: BTreeMap<String, BTreeMap<String, (Connection, i64)>>,
 }
 
 #[derive(Default)]
@@ -85,7 +85,7 @@ impl ClientTable {
                 .producers
                 .entry(producer.group_name.clone())
                 .or_default()
-                .insert(data.client_id.clone(), (connection.id, now_ms));
+                .insert(data.client_id.clone(), (connection.clone(), now_ms));
         }
         let mut changed = Vec::new();
         for consumer in data.consumer_data_set {
@@ -125,7 +125,7 @@ impl ClientTable {
             if let Some(members) = tables.producers.get_mut(group) {
                 if members
                     .get(client_id)
-                    .is_some_and(|(id, _)| *id == connection)
+                    .is_some_and(|(member, _)| member.id == connection)
                 {
                     members.remove(client_id);
                 }
@@ -161,7 +161,7 @@ impl ClientTable {
     fn remove_where(&self, gone: impl Fn(ConnectionId, i64) -> bool) -> ChangedGroups {
         let mut tables = self.lock();
         for members in tables.producers.values_mut() {
-            members.retain(|_, (connection, last_seen)| !gone(*connection, *last_seen));
+            members.retain(|_, (connection, last_seen)| !gone(connection.id, *last_seen));
         }
         tables.producers.retain(|_, members| !members.is_empty());
         let mut changed = Vec::new();
@@ -196,7 +196,30 @@ impl ClientTable {
             .collect()
     }
 
-    /// The tag filter of `group` on `topic`, from the newest heartbeat that subscribed to it.
+    /// The producers of `group` with their client ids: where a transaction's state is asked.
+    pub fn producers(&self, group: &str) -> Vec<(String, Connection)> {
+        let tables = self.lock();
+        let Some(members) = tables.producers.get(group) else {
+            return Vec::new();
+        };
+        members
+            .iter()
+            .map(|(client_id, (connection, _))| (client_id.clone(), connection.clone()))
+            .collect()
+    }
+
+    /// The consumers of `group` with their client ids.
+    pub fn consumers(&self, group: &str) -> Vec<(String, Connection)> {
+        let tables = self.lock();
+        let Some(members) = tables.consumers.get(group) else {
+            return Vec::new();
+        };
+        members
+            .iter()
+            .map(|(client_id, member)| (client_id.clone(), member.connection.clone()))
+            .collect()
+    }
+
     /// The group's newest subscription to `topic` and its version (Java: the time the
     /// consumer subscribed), from its members' heartbeats.
     pub fn subscription(&self, group: &str, topic: &str) -> Option<(TagFilter, i64)> {

@@ -1,12 +1,16 @@
 //! A client connection as the handlers see it: a way to send frames back, the peer's address,
-//! and a counter for the requests the broker itself sends (NOTIFY_CONSUMER_IDS_CHANGED).
+//! and the requests the broker itself sends to the client: oneway ones
+//! (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, RESET_CONSUMER_CLIENT_OFFSET) and ones
+//! whose answer it waits for (GET_CONSUMER_RUNNING_INFO, PUSH_REPLY_MESSAGE_TO_CLIENT).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-use quiver_wire::{Command, Encoding, ExtFields};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use quiver_wire::{Command, Encoding, ExtFields, LanguageCode};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 pub type ConnectionId = u64;
 
@@ -34,6 +38,19 @@ pub struct Connection {
     next_opaque: Arc<AtomicI32>,
     /// One permit per queued broker request; the writer lets it go once the frame is written.
     broker_requests: Arc<Semaphore>,
+    /// The broker's requests waiting for the client's answer, by opaque.
+    awaiting: Arc<Mutex<HashMap<i32, oneshot::Sender<Command>>>>,
+    /// The client's language and version, from its first heartbeat (for admin listings).
+    client: Arc<OnceLock<(LanguageCode, i32)>>,
+}
+
+/// Why a request the broker sent a client got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AskError {
+    /// The connection is gone, or too many broker requests wait unwritten on it.
+    NotSent,
+    /// The client answered nothing within the time given (or its connection closed first).
+    NoAnswer,
 }
 
 impl Connection {
@@ -51,6 +68,8 @@ impl Connection {
             outgoing,
             next_opaque: Arc::new(AtomicI32::new(1)),
             broker_requests: Arc::new(Semaphore::new(BROKER_REQUESTS_QUEUED_MAX)),
+            awaiting: Arc::default(),
+            client: Arc::default(),
         };
         (connection, receiver)
     }
@@ -63,17 +82,67 @@ impl Connection {
     /// the connection is gone, or when `BROKER_REQUESTS_QUEUED_MAX` are still waiting to be
     /// written (the request is dropped).
     pub fn send_oneway_request(&self, code: i32, ext: ExtFields, encoding: Encoding) -> bool {
+        self.send_oneway(Command::request(code, encoding).with_ext(ext))
+    }
+
+    /// Sends `request` (code, fields and body set by the caller) as a oneway request, under the
+    /// same limit as `send_oneway_request`.
+    pub fn send_oneway(&self, request: Command) -> bool {
         let Ok(permit) = self.broker_requests.clone().try_acquire_owned() else {
             return false;
         };
         let opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
-        self.queue(
-            Command::request(code, encoding)
-                .with_ext(ext)
-                .with_opaque(opaque)
-                .oneway(),
-            Some(permit),
-        )
+        self.queue(request.with_opaque(opaque).oneway(), Some(permit))
+    }
+
+    /// Sends `request` to the client and waits up to `timeout` for its answer.
+    pub async fn ask(&self, request: Command, timeout: Duration) -> Result<Command, AskError> {
+        let Ok(permit) = self.broker_requests.clone().try_acquire_owned() else {
+            return Err(AskError::NotSent);
+        };
+        let opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        let (answered, answer) = oneshot::channel();
+        self.awaiting_table().insert(opaque, answered);
+        if !self.queue(request.with_opaque(opaque), Some(permit)) {
+            self.awaiting_table().remove(&opaque);
+            return Err(AskError::NotSent);
+        }
+        let result = tokio::time::timeout(timeout, answer).await;
+        // Gone already when answered; removed here when it timed out.
+        self.awaiting_table().remove(&opaque);
+        match result {
+            Ok(Ok(response)) => Ok(response),
+            _ => Err(AskError::NoAnswer),
+        }
+    }
+
+    /// Hands a response the client sent to the request of the broker's that waits for it; one
+    /// nobody waits for (a NOTIFY's answer, or one past its timeout) is dropped.
+    pub fn answered(&self, response: Command) {
+        if let Some(waiting) = self.awaiting_table().remove(&response.opaque) {
+            let _ = waiting.send(response);
+        }
+    }
+
+    /// Ends every wait for an answer on this connection: it has closed.
+    pub fn abandon_asks(&self) {
+        self.awaiting_table().clear();
+    }
+
+    fn awaiting_table(&self) -> std::sync::MutexGuard<'_, HashMap<i32, oneshot::Sender<Command>>> {
+        self.awaiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records the client's language and version (the first heartbeat's say).
+    pub fn identify(&self, language: LanguageCode, version: i32) {
+        let _ = self.client.set((language, version));
+    }
+
+    /// The client's language and version, once it has sent a heartbeat.
+    pub fn client_version(&self) -> Option<(LanguageCode, i32)> {
+        self.client.get().copied()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -135,5 +204,49 @@ mod tests {
             queued += 1;
         }
         assert_eq!(queued, BROKER_REQUESTS_QUEUED_MAX);
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_request_it_answers_and_a_silent_client_times_out() {
+        let (connection, mut outgoing) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
+        let asking = connection.clone();
+        let ask = tokio::spawn(async move {
+            let request = Command::request(307, Encoding::Json).with_body(&b"question"[..]);
+            asking.ask(request, Duration::from_secs(30)).await
+        });
+        let sent = outgoing
+            .recv()
+            .await
+            .expect("the request is queued")
+            .command;
+        assert_eq!(sent.code, 307);
+        assert!(!sent.is_oneway());
+        // An answer to something else is dropped; the one with the request's opaque is taken.
+        let mut stray = sent.response_to(0).with_body(&b"stray"[..]);
+        stray.opaque = sent.opaque + 1000;
+        connection.answered(stray);
+        connection.answered(sent.response_to(0).with_body(&b"answer"[..]));
+        let answer = ask.await.unwrap().expect("answered");
+        assert_eq!(&answer.body[..], b"answer");
+
+        let silent = connection
+            .ask(
+                Command::request(307, Encoding::Json),
+                Duration::from_millis(20),
+            )
+            .await;
+        assert_eq!(silent, Err(AskError::NoAnswer));
+        assert!(
+            connection.awaiting_table().is_empty(),
+            "a timed-out ask leaves nothing behind"
+        );
+        drop(outgoing);
+        let gone = connection
+            .ask(
+                Command::request(307, Encoding::Json),
+                Duration::from_secs(30),
+            )
+            .await;
+        assert_eq!(gone, Err(AskError::NotSent));
     }
 }

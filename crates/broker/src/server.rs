@@ -80,6 +80,7 @@ pub async fn serve(
             {
                 tracing::debug!(%peer, %error, "connection ended");
             }
+            connection.abandon_asks();
             broker.connection_closed(&connection);
             drop(permit);
         });
@@ -146,7 +147,9 @@ async fn serve_connection(
                 }
             };
             if request.is_response() {
-                // Answers to our NOTIFY requests carry nothing we act on.
+                // The answer to a request the broker sent this client (or to a NOTIFY, which
+                // nobody waits for).
+                connection.answered(request);
                 continue;
             }
             let permit = match in_flight.clone().try_acquire_owned() {

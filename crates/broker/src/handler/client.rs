@@ -41,6 +41,7 @@ pub fn heartbeat(call: &Call, request: &Command) -> Handled {
     if topics_created {
         broker.topics_changed();
     }
+    connection.identify(request.language, request.version);
     for group in broker.clients.heartbeat(connection, data, call.now_ms) {
         broker.notify_consumers_changed(&group);
     }
