@@ -243,6 +243,33 @@ impl ClientTable {
             })
     }
 
+    /// Whether the group's consumers consume by broadcast (each gets every message).
+    pub fn is_broadcasting(&self, group: &str) -> bool {
+        self.lock().consumers.get(group).is_some_and(|members| {
+            members
+                .values()
+                .any(|member| member.data.message_model == "BROADCASTING")
+        })
+    }
+
+    /// The group's members as their last heartbeats describe them, for
+    /// GET_CONSUMER_CONNECTION_LIST: (client id, connection, what the client said).
+    pub fn consumer_members(&self, group: &str) -> Vec<(String, Connection, ConsumerData)> {
+        let tables = self.lock();
+        let Some(members) = tables.consumers.get(group) else {
+            return Vec::new();
+        };
+        members
+            .iter()
+            .map(|(id, member)| (id.clone(), member.connection.clone(), member.data.clone()))
+            .collect()
+    }
+
+    /// Consumer groups with a member connected.
+    pub fn consumer_groups(&self) -> Vec<String> {
+        self.lock().consumers.keys().cloned().collect()
+    }
+
     /// Consumer groups subscribed to `topic`.
     pub fn groups_subscribed_to(&self, topic: &str) -> Vec<String> {
         let tables = self.lock();

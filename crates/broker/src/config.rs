@@ -28,6 +28,9 @@ pub struct BrokerConfig {
     pub default_topic_queue_nums: i32,
     pub auto_create_topic: bool,
     pub auto_create_subscription_group: bool,
+    /// RocketMQ 5's offset reset: the broker changes the offsets and moves consumers on their
+    /// next pull (true), or tells running consumers to move as RocketMQ 4 did (false).
+    pub use_server_side_reset_offset: bool,
     pub broker_permission: i32,
     pub max_message_bytes: usize,
     pub role: BrokerRole,
@@ -99,6 +102,7 @@ impl Default for BrokerConfig {
             default_topic_queue_nums: 8,
             auto_create_topic: true,
             auto_create_subscription_group: true,
+            use_server_side_reset_offset: true,
             broker_permission: 6,
             max_message_bytes: 4 * 1024 * 1024,
             role: BrokerRole::AsyncMaster,
@@ -324,6 +328,10 @@ impl BrokerConfig {
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
             ),
+            (
+                "useServerSideResetOffset",
+                self.use_server_side_reset_offset.to_string(),
+            ),
             ("maxMessageSize", self.max_message_bytes.to_string()),
             ("flushDiskType", flush_type.to_string()),
             ("flushIntervalCommitLog", interval_ms.to_string()),
@@ -431,6 +439,9 @@ impl BrokerConfig {
                 "autoCreateTopicEnable" => self.auto_create_topic = field.boolean()?,
                 "autoCreateSubscriptionGroup" => {
                     self.auto_create_subscription_group = field.boolean()?
+                }
+                "useServerSideResetOffset" => {
+                    self.use_server_side_reset_offset = field.boolean()?
                 }
                 "brokerPermission" => self.broker_permission = field.number(0, 15)?,
                 "maxMessageSize" => self.max_message_bytes = field.number(1, 1024 * 1024 * 1024)?,

@@ -22,6 +22,12 @@ struct OffsetsFile {
     /// from no master it holds at most one mark per queue of `offset_table`.
     #[serde(skip)]
     committed_here: BTreeMap<String, BTreeSet<i32>>,
+    /// "topic@group" -> queue id -> offset an admin reset the queue to, not yet handed to a
+    /// consumer's pull (RocketMQ's server-side reset). While one waits, consumers' commits of
+    /// that queue are ignored: they carry the offset from before the reset. In memory only:
+    /// the reset offset itself is in `offset_table`, which consumers then read after a restart.
+    #[serde(skip)]
+    resets: BTreeMap<String, BTreeMap<i32, i64>>,
 }
 
 /// What `ConsumerOffsets::merge_from_master` did.
@@ -213,6 +219,61 @@ impl ConsumerOffsets {
             .collect()
     }
 
+    /// An admin's reset of one queue (mqadmin resetOffsetByTime): the stored offset changes
+    /// now, and the next pull of the queue by the group is told to move there.
+    pub fn assign_reset(&self, topic: &str, group: &str, queue_id: i32, offset: i64) {
+        let mut table = self.table.lock().expect("offset table lock poisoned");
+        let key = key(topic, group);
+        table
+            .offset_table
+            .entry(key.clone())
+            .or_default()
+            .insert(queue_id, offset);
+        table
+            .resets
+            .entry(key)
+            .or_default()
+            .insert(queue_id, offset);
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// The reset waiting for the group's next pull of the queue, taken: a pull answers with it
+    /// once.
+    pub fn take_reset(&self, topic: &str, group: &str, queue_id: i32) -> Option<i64> {
+        let mut table = self.table.lock().expect("offset table lock poisoned");
+        let key = key(topic, group);
+        let queues = table.resets.get_mut(&key)?;
+        let offset = queues.remove(&queue_id);
+        if queues.is_empty() {
+            table.resets.remove(&key);
+        }
+        offset
+    }
+
+    /// Whether a reset of the queue waits for the group's next pull.
+    pub fn reset_pending(&self, topic: &str, group: &str, queue_id: i32) -> bool {
+        let table = self.table.lock().expect("offset table lock poisoned");
+        table
+            .resets
+            .get(&key(topic, group))
+            .is_some_and(|queues| queues.contains_key(&queue_id))
+    }
+
+    /// Forgets every offset of `group` (a deleted subscription group with cleanOffset).
+    pub fn remove_group(&self, group: &str) -> bool {
+        let mut table = self.table.lock().expect("offset table lock poisoned");
+        let before = table.offset_table.len();
+        let other_group = |k: &String| k.rsplit_once('@').is_none_or(|(_, g)| g != group);
+        table.offset_table.retain(|k, _| other_group(k));
+        table.committed_here.retain(|k, _| other_group(k));
+        table.resets.retain(|k, _| other_group(k));
+        let removed = table.offset_table.len() != before;
+        if removed {
+            self.dirty.store(true, Ordering::Release);
+        }
+        removed
+    }
+
     /// Forgets every group's offsets on `topic` (a deleted topic). Returns whether any went.
     pub fn remove_topic(&self, topic: &str) -> bool {
         let mut table = self.table.lock().expect("offset table lock poisoned");
@@ -244,6 +305,27 @@ impl ConsumerOffsets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reset_changes_the_offset_now_and_waits_once_for_a_pull() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let offsets = ConsumerOffsets::open(dir.path().join("o.json")).expect("open");
+        offsets.commit("T", "g", 0, 50);
+        offsets.assign_reset("T", "g", 0, 10);
+        assert_eq!(offsets.get("T", "g", 0), Some(10));
+        assert!(offsets.reset_pending("T", "g", 0));
+        assert!(!offsets.reset_pending("T", "g", 1));
+        assert_eq!(offsets.take_reset("T", "g", 0), Some(10));
+        assert_eq!(offsets.take_reset("T", "g", 0), None);
+        assert!(!offsets.reset_pending("T", "g", 0));
+        offsets.commit("T", "g", 0, 11);
+        offsets.commit("U", "g", 0, 3);
+        offsets.commit("T", "other", 0, 4);
+        assert!(offsets.remove_group("g"));
+        assert_eq!(offsets.get("T", "g", 0), None);
+        assert_eq!(offsets.get("U", "g", 0), None);
+        assert_eq!(offsets.get("T", "other", 0), Some(4));
+    }
 
     #[test]
     fn committed_offsets_survive_reopen() {

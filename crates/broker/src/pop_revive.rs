@@ -117,7 +117,12 @@ fn revived_record(
         .unwrap_or(&key.topic)
         .to_string();
     let reconsume = message.reconsume_times.saturating_add(1);
-    let dead = reconsume > RETRY_MAX_DEFAULT;
+    // The group's retryMaxTimes (subscription group table), RocketMQ's 16 by default.
+    let retry_max = broker
+        .groups
+        .get(&key.group)
+        .map_or(RETRY_MAX_DEFAULT, |group| group.retry_max_times);
+    let dead = reconsume > retry_max;
     let target = if dead {
         format!("{DLQ_PREFIX}{}", key.group)
     } else {
@@ -146,7 +151,7 @@ fn revived_record(
     }
     if dead {
         properties = stored::with_property(&properties, property::DLQ_ORIGIN_TOPIC, &origin);
-        tracing::warn!(group = %key.group, topic = %origin, offset, "popped message dead-lettered after {RETRY_MAX_DEFAULT} retries");
+        tracing::warn!(group = %key.group, topic = %origin, offset, "popped message dead-lettered after {retry_max} retries");
     } else {
         message.reconsume_times = reconsume;
     }

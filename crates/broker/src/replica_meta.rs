@@ -44,9 +44,9 @@ pub struct CopyReport {
     /// Offset entries skipped as malformed (bad "topic@group" key, negative queue or offset).
     pub offsets_skipped: usize,
     pub delay_offsets_changed: bool,
-    /// Groups the master listed. Quiver keeps no subscription-group table (groups exist by
-    /// their offsets and heartbeats), so they are counted and not stored.
+    /// Groups the master listed (invalid names skipped), and whether the slave's table changed.
     pub subscription_groups: usize,
+    pub subscription_groups_changed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -182,13 +182,34 @@ pub fn apply(broker: &Broker, meta: MasterMeta) -> Result<CopyReport, TopicError
     let topics = apply_topics(broker, meta.topics)?;
     let (offsets, offsets_skipped) = apply_offsets(broker, meta.offsets);
     let delay_offsets_changed = apply_delay_offsets(broker, meta.delay_offsets);
+    let (subscription_groups, subscription_groups_changed) =
+        apply_subscription_groups(broker, meta.subscription_groups);
     Ok(CopyReport {
         topics,
         offsets,
         offsets_skipped,
         delay_offsets_changed,
-        subscription_groups: meta.subscription_groups.subscription_group_table.len(),
+        subscription_groups,
+        subscription_groups_changed,
     })
+}
+
+/// Replaces the slave's subscription groups with the master's (`mqadmin updateSubGroup` on the
+/// master reaches the slave, and consumers that fail over find their group's settings there).
+/// Returns how many groups were taken and whether the table changed.
+pub fn apply_subscription_groups(
+    broker: &Broker,
+    mut master: SubscriptionGroupWrapper,
+) -> (usize, bool) {
+    master.subscription_group_table.retain(|name, config| {
+        crate::groups::validate_group(name).is_ok() && config.group_name == *name
+    });
+    let count = master.subscription_group_table.len();
+    let version_time = master.data_version.timestamp;
+    (
+        count,
+        broker.groups.replace_from_master(master, version_time),
+    )
 }
 
 /// Replaces the slave's topics with the master's, keeping the slave's own system topics as

@@ -214,6 +214,9 @@ impl RunningBroker {
         if let Err(error) = self.broker.delay_offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist delay offsets");
         }
+        if let Err(error) = self.broker.groups.persist_if_dirty() {
+            tracing::error!(%error, "could not persist subscription groups");
+        }
         if let Err(error) = self.broker.pop.persist_if_dirty() {
             tracing::error!(%error, "could not persist the pop state");
         }
@@ -311,9 +314,17 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             }
             _ = persist.tick() => {
                 let offsets = broker.clone();
-                let result = tokio::task::spawn_blocking(move || offsets.offsets.persist_if_dirty()).await;
-                if let Ok(Err(error)) = result {
-                    tracing::error!(%error, "could not persist consumer offsets");
+                let result = tokio::task::spawn_blocking(move || {
+                    (offsets.offsets.persist_if_dirty(), offsets.groups.persist_if_dirty())
+                })
+                .await;
+                if let Ok((offsets, groups)) = result {
+                    if let Err(error) = offsets {
+                        tracing::error!(%error, "could not persist consumer offsets");
+                    }
+                    if let Err(error) = groups {
+                        tracing::error!(%error, "could not persist subscription groups");
+                    }
                 }
             }
             _ = scan.tick() => broker.sweep(now_ms()),

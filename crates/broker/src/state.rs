@@ -16,6 +16,7 @@ use crate::clients::ClientTable;
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
 use crate::delay::DelayOffsets;
+use crate::groups::SubscriptionGroups;
 use crate::ha::Replication;
 use crate::locks::QueueLocks;
 use crate::long_poll::PullWaiters;
@@ -30,43 +31,90 @@ const PARKED_PULLS_MAX: usize = 100_000;
 #[derive(Default)]
 pub struct Counters {
     pub messages_put: AtomicU64,
+    /// Messages handed to consumers by pulls.
     pub messages_got: AtomicU64,
+    /// Pull reads, and those that found messages (RocketMQ's getTotalTps and getFoundTps).
+    pub pulls: AtomicU64,
+    pub pulls_found: AtomicU64,
     /// Timer messages in the wheel's memory (the buckets due within a minute or so).
     pub timer_pending: AtomicU64,
     rates: std::sync::Mutex<Rates>,
 }
 
+/// Totals at the last sample and the rates since the one before.
 #[derive(Default)]
 struct Rates {
     sampled_ms: i64,
-    put: u64,
-    got: u64,
-    put_tps: f64,
-    got_tps: f64,
+    totals: [u64; 4],
+    tps: [f64; 4],
+    /// Topic -> (messages stored, per second): from its queues' max offsets, so the send path
+    /// pays nothing for it.
+    topics: std::collections::HashMap<String, (u64, f64)>,
+}
+
+/// Per-second rates over the last sampling period.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Tps {
+    pub put: f64,
+    pub got: f64,
+    pub pulls: f64,
+    pub pulls_found: f64,
 }
 
 impl Counters {
     /// Messages per second put and got over the last sampling period.
     pub fn tps(&self) -> (f64, f64) {
-        let rates = self.rates.lock().expect("rates lock poisoned");
-        (rates.put_tps, rates.got_tps)
+        let all = self.all_tps();
+        (all.put, all.got)
     }
 
-    pub fn sample(&self, now_ms: i64) {
-        let put = self.messages_put.load(Ordering::Relaxed);
-        let got = self.messages_got.load(Ordering::Relaxed);
+    pub fn all_tps(&self) -> Tps {
+        let rates = self.rates.lock().expect("rates lock poisoned");
+        Tps {
+            put: rates.tps[0],
+            got: rates.tps[1],
+            pulls: rates.tps[2],
+            pulls_found: rates.tps[3],
+        }
+    }
+
+    /// Messages per second stored in `topic` over the last sampling period.
+    pub fn topic_tps(&self, topic: &str) -> f64 {
+        let rates = self.rates.lock().expect("rates lock poisoned");
+        rates.topics.get(topic).map_or(0.0, |(_, tps)| *tps)
+    }
+
+    /// Samples the counters, and each topic's stored total (`topics`: topic -> the sum of its
+    /// queues' max offsets).
+    pub fn sample(&self, now_ms: i64, topics: impl IntoIterator<Item = (String, u64)>) {
+        let totals = [
+            self.messages_put.load(Ordering::Relaxed),
+            self.messages_got.load(Ordering::Relaxed),
+            self.pulls.load(Ordering::Relaxed),
+            self.pulls_found.load(Ordering::Relaxed),
+        ];
         let mut rates = self.rates.lock().expect("rates lock poisoned");
         let elapsed_ms = now_ms - rates.sampled_ms;
-        if rates.sampled_ms > 0 && elapsed_ms > 0 {
-            rates.put_tps = (put - rates.put) as f64 * 1000.0 / elapsed_ms as f64;
-            rates.got_tps = (got - rates.got) as f64 * 1000.0 / elapsed_ms as f64;
-        }
-        *rates = Rates {
-            sampled_ms: now_ms,
-            put,
-            got,
-            ..*rates
+        let measured = rates.sampled_ms > 0 && elapsed_ms > 0;
+        let per_second = |now: u64, before: u64| {
+            now.saturating_sub(before) as f64 * 1000.0 / elapsed_ms.max(1) as f64
         };
+        if measured {
+            for (index, total) in totals.iter().enumerate() {
+                rates.tps[index] = per_second(*total, rates.totals[index]);
+            }
+        }
+        let mut sampled = std::collections::HashMap::new();
+        for (topic, total) in topics {
+            let tps = match rates.topics.get(&topic) {
+                Some((before, _)) if measured => per_second(total, *before),
+                _ => 0.0,
+            };
+            sampled.insert(topic, (total, tps));
+        }
+        rates.topics = sampled;
+        rates.totals = totals;
+        rates.sampled_ms = now_ms;
     }
 }
 
@@ -75,6 +123,8 @@ pub struct Broker {
     pub store: Store,
     pub topics: TopicTable,
     pub offsets: ConsumerOffsets,
+    /// Consumer groups' settings (`subscriptionGroup.json`).
+    pub groups: SubscriptionGroups,
     pub clients: ClientTable,
     pub waiters: Arc<PullWaiters>,
     pub locks: QueueLocks,
@@ -108,6 +158,8 @@ pub enum StateError {
     Offsets(String),
     #[error("cannot read delay offsets: {0}")]
     DelayOffsets(String),
+    #[error("cannot read subscription groups: {0}")]
+    Groups(String),
     #[error(transparent)]
     Memory(#[from] crate::memory::MemoryError),
     #[error("cannot read the pop state: {0}")]
@@ -127,6 +179,7 @@ pub struct Persisted {
     pub store: Store,
     pub topics: TopicTable,
     pub offsets: ConsumerOffsets,
+    pub groups: SubscriptionGroups,
     pub delay_offsets: DelayOffsets,
     pub memory: MemoryQueues,
     pub pop: PopState,
@@ -144,12 +197,26 @@ impl Persisted {
         let topics = TopicTable::open(
             config_dir.join("topics.json"),
             config.auto_create_topic,
+            config.default_topic_queue_nums,
             now_ms,
         )?;
         let offsets = ConsumerOffsets::open(config_dir.join("consumerOffset.json"))
             .map_err(StateError::Offsets)?;
         let delay_offsets = DelayOffsets::open(config_dir.join("delayOffset.json"))
             .map_err(StateError::DelayOffsets)?;
+        let groups_with_offsets: std::collections::BTreeSet<String> = offsets
+            .snapshot()
+            .keys()
+            .filter_map(|key| key.split_once('@'))
+            .map(|(_, group)| group.to_string())
+            .collect();
+        let groups = SubscriptionGroups::open(
+            config_dir.join("subscriptionGroup.json"),
+            config.auto_create_subscription_group,
+            groups_with_offsets,
+            now_ms,
+        )
+        .map_err(StateError::Groups)?;
         topics.create_if_absent(crate::topic::topic_config(
             crate::delay::SCHEDULE_TOPIC,
             config.delay_levels_ms.len() as i32,
@@ -181,6 +248,7 @@ impl Persisted {
             store,
             topics,
             offsets,
+            groups,
             delay_offsets,
             memory,
             pop,
@@ -268,6 +336,7 @@ impl Broker {
             store,
             topics,
             offsets,
+            groups,
             delay_offsets,
             memory,
             pop,
@@ -287,6 +356,7 @@ impl Broker {
             store,
             topics,
             offsets,
+            groups,
             clients: ClientTable::default(),
             waiters,
             locks: QueueLocks::default(),
@@ -356,7 +426,14 @@ impl Broker {
     /// The periodic sweep: samples the put and get rates, forgets clients silent for too long
     /// (telling their groups) and lapsed queue locks.
     pub fn sweep(&self, now_ms: i64) {
-        self.counters.sample(now_ms);
+        let topics = self.topics.names().into_iter().filter_map(|topic| {
+            let shape = self.topics.shape(&topic)?;
+            let stored = (0..shape.write_queues.max(0) as u32)
+                .map(|queue| self.queue_bounds(&topic, queue).max_offset)
+                .sum::<u64>();
+            Some((topic, stored))
+        });
+        self.counters.sample(now_ms, topics.collect::<Vec<_>>());
         for group in self.clients.expire(now_ms) {
             self.notify_consumers_changed(&group);
         }

@@ -192,9 +192,12 @@ pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
 
 impl TopicTable {
     /// Loads `path` if present and adds the system topics that are missing.
+    /// TBW102, the template of topics created on first send, has `default_queues` queues
+    /// (`defaultTopicQueueNums`), also when an earlier start made it with another count.
     pub fn open(
         path: PathBuf,
         auto_create_topic: bool,
+        default_queues: i32,
         now_ms: i64,
     ) -> Result<TopicTable, TopicError> {
         let mut file =
@@ -207,11 +210,17 @@ impl TopicTable {
             inner: RwLock::new(file),
         };
         if auto_create_topic {
-            table.create_if_absent(topic_config(
+            let template = topic_config(
                 AUTO_CREATE_TOPIC,
-                8,
+                default_queues,
                 PERM_INHERIT | PERM_READ | PERM_WRITE,
-            ))?;
+            );
+            let follows = table.shape(AUTO_CREATE_TOPIC).is_some_and(|shape| {
+                shape.write_queues == default_queues && shape.read_queues == default_queues
+            });
+            if !follows {
+                table.upsert(template)?;
+            }
         }
         table.create_if_absent(topic_config(
             BENCHMARK_TOPIC,
@@ -404,7 +413,7 @@ mod tests {
     fn topics_created_at_once_from_many_threads_all_reach_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config/topics.json");
-        let table = std::sync::Arc::new(TopicTable::open(path.clone(), true, 1).expect("open"));
+        let table = std::sync::Arc::new(TopicTable::open(path.clone(), true, 8, 1).expect("open"));
         let threads: Vec<_> = (0..8)
             .map(|thread| {
                 let table = table.clone();
@@ -421,7 +430,7 @@ mod tests {
         for thread in threads {
             thread.join().expect("thread");
         }
-        let reopened = TopicTable::open(path, true, 2).expect("the file is whole");
+        let reopened = TopicTable::open(path, true, 8, 2).expect("the file is whole");
         for thread in 0..8 {
             for i in 0..25 {
                 let name = format!("T{thread}-{i}-{}", "x".repeat(i * 4));
@@ -434,7 +443,7 @@ mod tests {
     fn topics_survive_reopen_and_system_topics_exist() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config/topics.json");
-        let table = TopicTable::open(path.clone(), true, 1).expect("open");
+        let table = TopicTable::open(path.clone(), true, 8, 1).expect("open");
         assert_eq!(table.shape(AUTO_CREATE_TOPIC).map(|s| s.perm), Some(7));
         assert!(table
             .create_if_absent(topic_config("T", 16, 6))
@@ -443,7 +452,7 @@ mod tests {
             .create_if_absent(topic_config("T", 4, 6))
             .expect("exists"));
         drop(table);
-        let table = TopicTable::open(path, true, 2).expect("reopen");
+        let table = TopicTable::open(path, true, 8, 2).expect("reopen");
         assert_eq!(
             table.shape("T"),
             Some(TopicShape {
@@ -457,5 +466,19 @@ mod tests {
             table.shape(BENCHMARK_TOPIC).map(|s| s.write_queues),
             Some(BENCHMARK_TOPIC_QUEUES)
         );
+        assert_eq!(
+            table.shape(AUTO_CREATE_TOPIC).map(|s| s.write_queues),
+            Some(8)
+        );
+    }
+
+    #[test]
+    fn the_auto_create_template_follows_default_topic_queue_nums() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/topics.json");
+        drop(TopicTable::open(path.clone(), true, 8, 1).expect("open"));
+        let table = TopicTable::open(path, true, 3, 2).expect("reopen");
+        let shape = table.shape(AUTO_CREATE_TOPIC).expect("TBW102");
+        assert_eq!((shape.read_queues, shape.write_queues), (3, 3));
     }
 }

@@ -203,7 +203,7 @@ async fn the_delay_offset_answer_is_the_delay_offset_file() {
 }
 
 #[tokio::test]
-async fn the_subscription_group_answer_lists_known_groups_with_rocketmq_defaults() {
+async fn the_subscription_group_answer_is_the_group_table() {
     let h = master().await;
     let response = h
         .call(paged_request(
@@ -213,7 +213,8 @@ async fn the_subscription_group_answer_lists_known_groups_with_rocketmq_defaults
         ))
         .await;
     assert_eq!(response.code, response_code::SUCCESS);
-    assert_eq!(field(&response, "totalGroupNum"), "1");
+    // "g", created by its first offset commit, and RocketMQ's 8 system groups.
+    assert_eq!(field(&response, "totalGroupNum"), "9");
     let text = std::str::from_utf8(&response.body).unwrap();
     assert_eq!(
         top_level_keys(text),
@@ -221,9 +222,12 @@ async fn the_subscription_group_answer_lists_known_groups_with_rocketmq_defaults
     );
     let wrapper: SubscriptionGroupWrapper = from_json(&response.body).unwrap();
     assert_eq!(
-        wrapper.subscription_group_table,
-        BTreeMap::from([("g".to_string(), SubscriptionGroupConfig::named("g"))])
+        wrapper.subscription_group_table.get("g"),
+        Some(&SubscriptionGroupConfig::named("g"))
     );
+    assert!(wrapper
+        .subscription_group_table
+        .contains_key("CID_SYS_RMQ_TRANS"));
     assert!(wrapper.forbidden_table.is_empty());
 }
 
@@ -256,7 +260,11 @@ async fn a_slave_takes_the_masters_topics_offsets_and_delay_offsets() {
         BTreeMap::from([(2, 1)])
     );
     assert!(report.delay_offsets_changed);
-    assert_eq!(report.subscription_groups, 1);
+    assert_eq!(report.subscription_groups, 9);
+    assert!(
+        slave.broker.groups.get("g").is_some(),
+        "the master's group is copied"
+    );
     tokio::time::timeout(Duration::from_secs(1), slave.broker.topics_changed_since())
         .await
         .expect("a changed topic table asks for registration");
@@ -406,7 +414,8 @@ async fn copy_from_master_asks_a_running_master_over_tcp_and_applies_its_answers
 
     assert_eq!(report.topics.added, ["Orders"]);
     assert_eq!(report.offsets.taken, 1);
-    assert_eq!(report.subscription_groups, 1);
+    // The system groups: "g" committed straight into the offset table, not through a request.
+    assert_eq!(report.subscription_groups, 8);
     assert_eq!(
         slave.broker.topics.shape("Orders").map(|s| s.write_queues),
         Some(4)

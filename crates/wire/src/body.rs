@@ -204,6 +204,35 @@ body_struct! {
 }
 
 body_struct! {
+    /// One client connection in GET_CONSUMER_CONNECTION_LIST / GET_PRODUCER_CONNECTION_LIST.
+    pub struct ClientConnection {
+        pub client_addr: String,
+        pub client_id: String,
+        /// LanguageCode's name, "JAVA".
+        pub language: String,
+        pub version: i32,
+    }
+}
+
+body_struct! {
+    /// GET_CONSUMER_CONNECTION_LIST response: the group's clients and what they consume.
+    pub struct ConsumerConnection {
+        pub connection_set: Vec<ClientConnection>,
+        pub consume_from_where: String,
+        pub consume_type: String,
+        pub message_model: String,
+        pub subscription_table: BTreeMap<String, SubscriptionData>,
+    }
+}
+
+body_struct! {
+    /// GET_PRODUCER_CONNECTION_LIST response.
+    pub struct ProducerConnection {
+        pub connection_set: Vec<ClientConnection>,
+    }
+}
+
+body_struct! {
     pub struct SubscriptionData {
         pub class_filter_mode: bool,
         /// Java hash of each tag.

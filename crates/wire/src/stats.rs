@@ -87,6 +87,27 @@ impl ConsumeStats {
     }
 }
 
+/// RESET_CONSUMER_CLIENT_OFFSET's body and INVOKE_BROKER_TO_RESET_OFFSET's answer: the offset
+/// each queue was reset to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResetOffsetBody {
+    pub offset_table: BTreeMap<MessageQueue, i64>,
+}
+
+impl ResetOffsetBody {
+    pub fn to_java_json(&self) -> Vec<u8> {
+        let mut out = String::from("{\"offsetTable\":");
+        write_queue_map(&mut out, &self.offset_table);
+        out.push('}');
+        out.into_bytes()
+    }
+
+    pub fn from_java_json(bytes: &[u8]) -> Result<ResetOffsetBody, BodyError> {
+        let (offset_table, _) = read_queue_map(bytes, "")?;
+        Ok(ResetOffsetBody { offset_table })
+    }
+}
+
 /// A double as Java's parser accepts it; NaN and infinities (which JSON lacks) become 0.
 fn json_number(value: f64) -> String {
     if value.is_finite() {
@@ -254,6 +275,16 @@ mod tests {
             1795293274767
         );
         assert_eq!(stats.topic_put_tps, 0.175);
+    }
+
+    #[test]
+    fn reset_offsets_round_trip_with_bare_object_keys() {
+        let mut body = ResetOffsetBody::default();
+        body.offset_table.insert(queue(0), 7);
+        body.offset_table.insert(queue(2), 0);
+        let json = body.to_java_json();
+        assert!(json.starts_with(b"{\"offsetTable\":{{\"brokerName\""));
+        assert_eq!(ResetOffsetBody::from_java_json(&json).unwrap(), body);
     }
 
     #[test]

@@ -1,13 +1,22 @@
-//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP.
+//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP; and what
+//! admin tools ask about clients: GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST,
+//! GET_CONSUMER_RUNNING_INFO (passed on to the consumer).
 
-use quiver_wire::body::{self, ConsumerIdList, HeartbeatData};
+use std::time::Duration;
+
+use quiver_wire::body::{
+    self, ClientConnection, ConsumerConnection, ConsumerIdList, HeartbeatData, ProducerConnection,
+};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
-    ext_or_err, GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
+    ext_or_err, GetConsumerConnectionListRequestHeader, GetConsumerListByGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader, GetProducerConnectionListRequestHeader,
+    UnregisterClientRequestHeader,
 };
-use quiver_wire::{Command, ExtFields};
+use quiver_wire::{Command, ExtFields, LanguageCode};
 
-use super::{answer, Call, Handled, Refusal};
+use super::{answer, Call, Handled, Refusal, Reply};
+use crate::connection::{AskError, Connection};
 use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 
 /// Registers the client's groups and subscriptions, creates each clustering consumer group's
@@ -16,23 +25,41 @@ use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 pub fn heartbeat(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let connection = call.connection;
-    let data: HeartbeatData = body::from_json(&request.body).map_err(|e| {
+    let mut data: HeartbeatData = body::from_json(&request.body).map_err(|e| {
         Refusal::new(
             response_code::SYSTEM_ERROR,
             format!("bad heartbeat body: {e}"),
         )
     })?;
-    let mut topics_created = false;
     for consumer in &data.consumer_data_set {
         validate_group_name(&consumer.group_name)
             .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    }
+    // A group the subscription group table lacks and may not create (autoCreateSubscriptionGroup
+    // off) is not registered, as RocketMQ skips it: its pulls are then refused by name.
+    data.consumer_data_set.retain(|consumer| {
+        let known = broker
+            .groups
+            .find(&consumer.group_name, call.now_ms)
+            .is_some();
+        if !known {
+            tracing::warn!(group = %consumer.group_name, "heartbeat of a consumer group that does not exist");
+        }
+        known
+    });
+    let mut topics_created = false;
+    for consumer in &data.consumer_data_set {
         if consumer.message_model == "BROADCASTING" {
             continue;
         }
         let retry_topic = format!("{RETRY_PREFIX}{}", consumer.group_name);
+        let retry_queues = broker
+            .groups
+            .get(&consumer.group_name)
+            .map_or(1, |group| group.retry_queue_nums.clamp(1, 1024));
         match broker
             .topics
-            .create_if_absent(topic_config(&retry_topic, 1, 6))
+            .create_if_absent(topic_config(&retry_topic, retry_queues, 6))
         {
             Ok(created) => topics_created |= created,
             Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
@@ -83,4 +110,129 @@ pub fn consumer_list(call: &Call, request: &Command) -> Handled {
         consumer_id_list: ids,
     });
     answer(request.response_to(response_code::SUCCESS).with_body(body))
+}
+
+/// How long a consumer gets to answer a request the broker passes on (mqadmin waits longer).
+const CLIENT_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn client_connection(client_id: &str, connection: &Connection) -> ClientConnection {
+    let (language, version) = connection
+        .client_version()
+        .unwrap_or((LanguageCode::JAVA, 0));
+    ClientConnection {
+        client_addr: connection.peer.to_string(),
+        client_id: client_id.to_string(),
+        language: language.name().to_string(),
+        version,
+    }
+}
+
+/// GET_CONSUMER_CONNECTION_LIST (`mqadmin consumerConnection`, `consumerProgress`): the group's
+/// connected clients and what their heartbeats say they consume.
+pub fn consumer_connections(call: &Call, request: &Command) -> Handled {
+    let header = GetConsumerConnectionListRequestHeader::from_ext(ext_or_err(request)?)?;
+    let members = call.broker.clients.consumer_members(&header.consumer_group);
+    let Some((_, _, first)) = members.first() else {
+        let remark = format!("the consumer group[{}] not online", header.consumer_group);
+        return Err(Refusal::new(response_code::CONSUMER_NOT_ONLINE, remark));
+    };
+    let mut body = ConsumerConnection {
+        consume_from_where: first.consume_from_where.clone(),
+        consume_type: first.consume_type.clone(),
+        message_model: first.message_model.clone(),
+        ..ConsumerConnection::default()
+    };
+    for (client_id, connection, data) in &members {
+        body.connection_set
+            .push(client_connection(client_id, connection));
+        for subscription in &data.subscription_data_set {
+            let newer = body
+                .subscription_table
+                .get(&subscription.topic)
+                .is_none_or(|known| known.sub_version < subscription.sub_version);
+            if newer {
+                body.subscription_table
+                    .insert(subscription.topic.clone(), subscription.clone());
+            }
+        }
+    }
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&body)),
+    )
+}
+
+/// GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`).
+pub fn producer_connections(call: &Call, request: &Command) -> Handled {
+    let header = GetProducerConnectionListRequestHeader::from_ext(ext_or_err(request)?)?;
+    let producers = call.broker.clients.producers(&header.producer_group);
+    if producers.is_empty() {
+        let remark = format!("the producer group[{}] not exist", header.producer_group);
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    }
+    let body = ProducerConnection {
+        connection_set: producers
+            .iter()
+            .map(|(client_id, connection)| client_connection(client_id, connection))
+            .collect(),
+    };
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(body::to_json(&body)),
+    )
+}
+
+/// GET_CONSUMER_RUNNING_INFO (`mqadmin consumerStatus`, `consumerProgress -s`): passed on to
+/// the named client, whose answer (its running info) goes back as it is.
+pub fn consumer_running_info(call: &Call, request: &Command) -> Handled {
+    let header = GetConsumerRunningInfoRequestHeader::from_ext(ext_or_err(request)?)?;
+    let target = call
+        .broker
+        .clients
+        .consumers(&header.consumer_group)
+        .into_iter()
+        .find(|(client_id, _)| *client_id == header.client_id);
+    let Some((_, connection)) = target else {
+        let remark = format!(
+            "The Consumer <{}> <{}> not online",
+            header.consumer_group, header.client_id
+        );
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    };
+    let mut forwarded =
+        Command::request(request.code, request.encoding).with_body(request.body.clone());
+    if let Some(ext) = &request.ext {
+        forwarded = forwarded.with_ext(ext.clone());
+    }
+    let response = request.response_to(response_code::SUCCESS);
+    Ok(Reply::Wait(Box::pin(async move {
+        match connection.ask(forwarded, CLIENT_ANSWER_TIMEOUT).await {
+            Ok(answer) => {
+                let mut passed = response.with_body(answer.body);
+                passed.code = answer.code;
+                passed.remark = answer.remark;
+                passed
+            }
+            Err(AskError::NoAnswer) => {
+                let mut timed_out = response.with_remark(format!(
+                    "consumer <{}> <{}> Timeout: no answer within {} ms",
+                    header.consumer_group,
+                    header.client_id,
+                    CLIENT_ANSWER_TIMEOUT.as_millis()
+                ));
+                timed_out.code = response_code::CONSUME_MSG_TIMEOUT;
+                timed_out
+            }
+            Err(AskError::NotSent) => {
+                let mut failed = response.with_remark(format!(
+                    "invoke consumer <{}> <{}> Exception: the connection is gone or not reading",
+                    header.consumer_group, header.client_id
+                ));
+                failed.code = response_code::SYSTEM_ERROR;
+                failed
+            }
+        }
+    })))
 }

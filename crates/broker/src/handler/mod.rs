@@ -21,6 +21,7 @@ use crate::topic::PERM_WRITE;
 mod admin;
 mod assignment;
 mod client;
+mod group;
 mod lock;
 mod offset;
 mod pop;
@@ -146,6 +147,13 @@ fn handler_for(code: i32) -> Option<Handler> {
         GET_ALL_CONSUMER_OFFSET => replica::all_consumer_offset,
         GET_ALL_DELAY_OFFSET => replica::all_delay_offset,
         GET_ALL_SUBSCRIPTIONGROUP_CONFIG => replica::all_subscription_group,
+        UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => group::update,
+        DELETE_SUBSCRIPTIONGROUP => group::delete,
+        GET_SUBSCRIPTIONGROUP_CONFIG => group::get,
+        GET_CONSUMER_CONNECTION_LIST => client::consumer_connections,
+        GET_PRODUCER_CONNECTION_LIST => client::producer_connections,
+        GET_CONSUMER_RUNNING_INFO => client::consumer_running_info,
+        INVOKE_BROKER_TO_RESET_OFFSET => offset::reset_offset,
         SET_MESSAGE_REQUEST_MODE => assignment::set_mode,
         GET_ALL_MESSAGE_REQUEST_MODE => assignment::all_modes,
         QUERY_ASSIGNMENT => assignment::query_assignment,

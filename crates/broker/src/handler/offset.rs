@@ -1,12 +1,16 @@
 //! Consumer offsets and queue bounds: QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
-//! SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME.
+//! SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME, and an admin's reset of a group's
+//! offsets (INVOKE_BROKER_TO_RESET_OFFSET).
 
 use quiver_store::Boundary;
-use quiver_wire::code::response_code;
+use quiver_wire::body::MessageQueue;
+use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{
-    ext_or_err, OffsetResponseHeader, QueryConsumerOffsetRequestHeader, SearchOffsetRequestHeader,
-    TimestampResponseHeader, TopicQueueHeader, UpdateConsumerOffsetRequestHeader,
+    ext_or_err, OffsetResponseHeader, QueryConsumerOffsetRequestHeader, ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader, TimestampResponseHeader, TopicQueueHeader,
+    UpdateConsumerOffsetRequestHeader,
 };
+use quiver_wire::stats::ResetOffsetBody;
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal};
@@ -60,13 +64,36 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
             "commitOffset is negative",
         ));
     }
-    // As RocketMQ: offsets only for topics this broker has (a push consumer's retry topic is
-    // created by its first heartbeat), so the persisted table cannot fill with made-up names.
+    // As RocketMQ: offsets only for groups and topics this broker has (a push consumer's retry
+    // topic is created by its first heartbeat), so the persisted table cannot fill with
+    // made-up names. A group is created here when autoCreateSubscriptionGroup allows.
+    if broker
+        .groups
+        .find(&header.consumer_group, call.now_ms)
+        .is_none()
+    {
+        return Err(Refusal::new(
+            response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
+            format!("Group {} not exist!", header.consumer_group),
+        ));
+    }
     if broker.topics.shape(&header.topic).is_none() {
         return Err(Refusal::new(
             response_code::TOPIC_NOT_EXIST,
             format!("Topic {} not exist!", header.topic),
         ));
+    }
+    // An admin reset of this queue waits for the group's next pull: this commit carries the
+    // offset from before it and would undo it (RocketMQ ignores it the same way).
+    if broker
+        .offsets
+        .reset_pending(&header.topic, &header.consumer_group, header.queue_id)
+    {
+        return answer(
+            request
+                .response_to(response_code::SUCCESS)
+                .with_remark("Offset has been previously reset"),
+        );
     }
     broker.offsets.commit(
         &header.topic,
@@ -151,4 +178,143 @@ pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
 
 fn is_memory(broker: &crate::state::Broker, topic: &str) -> bool {
     broker.topics.shape(topic).is_some_and(|shape| shape.memory)
+}
+
+/// The offset of the first message of the queue stored at or after `timestamp`; a negative
+/// timestamp means the queue's end (mqadmin's "now").
+fn offset_at(
+    broker: &crate::state::Broker,
+    topic: &str,
+    queue: u32,
+    timestamp: i64,
+) -> Result<i64, Refusal> {
+    if timestamp < 0 {
+        return Ok(broker.queue_bounds(topic, queue).max_offset as i64);
+    }
+    let offset = if is_memory(broker, topic) {
+        broker.memory.offset_by_time(topic, queue, timestamp)
+    } else {
+        broker
+            .store
+            .offset_by_time(topic, queue, timestamp, Boundary::Lower)
+            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
+    };
+    Ok(offset as i64)
+}
+
+/// INVOKE_BROKER_TO_RESET_OFFSET (`mqadmin resetOffsetByTime`). With
+/// `useServerSideResetOffset` (RocketMQ 5's default) the stored offsets change at once and each
+/// queue's next pull by the group is told to move there (PULL_OFFSET_MOVED), so running and
+/// stopped consumers alike start from the reset. Without it, as RocketMQ 4 did, the offsets
+/// are sent to the group's running consumers with RESET_CONSUMER_CLIENT_OFFSET (lowered only,
+/// unless forced), and a group with none running gets CONSUMER_NOT_ONLINE, on which mqadmin
+/// sets the stored offsets itself.
+pub fn reset_offset(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
+    let header = ResetOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
+    if broker.replication.is_slave() {
+        return Err(Refusal::new(
+            response_code::SYSTEM_ERROR,
+            "Can not reset offset in slave broker",
+        ));
+    }
+    let Some(shape) = broker.topics.shape(&header.topic) else {
+        let remark = format!("Topic {} does not exist", header.topic);
+        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
+    };
+    if broker.groups.get(&header.group).is_none() {
+        let remark = format!("Group {} does not exist", header.group);
+        return Err(Refusal::new(
+            response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
+            remark,
+        ));
+    }
+    let mut targets = std::collections::BTreeMap::new();
+    if header.queue_id >= 0 {
+        let queue = queue_id(header.queue_id)?;
+        let offset = match header.offset.filter(|offset| *offset != -1) {
+            Some(offset) => {
+                let bounds = broker.queue_bounds(&header.topic, queue);
+                if offset < bounds.min_offset as i64 || offset > bounds.max_offset as i64 {
+                    let remark = format!(
+                        "Target offset {offset} not in consume queue range [{}-{}]",
+                        bounds.min_offset, bounds.max_offset
+                    );
+                    return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+                }
+                offset
+            }
+            None => offset_at(broker, &header.topic, queue, header.timestamp)?,
+        };
+        targets.insert(header.queue_id, offset);
+    } else {
+        for queue in 0..shape.read_queues.max(0) {
+            let offset = offset_at(broker, &header.topic, queue as u32, header.timestamp)?;
+            targets.insert(queue, offset);
+        }
+    }
+    if targets.is_empty() {
+        return Err(Refusal::new(
+            response_code::SYSTEM_ERROR,
+            "No queues to reset.",
+        ));
+    }
+    let queue_of = |queue_id: i32| MessageQueue {
+        topic: header.topic.clone(),
+        broker_name: broker.config.broker_name.clone(),
+        queue_id,
+    };
+    if broker.config.use_server_side_reset_offset {
+        let mut body = ResetOffsetBody::default();
+        for (&queue, &offset) in &targets {
+            broker
+                .offsets
+                .assign_reset(&header.topic, &header.group, queue, offset);
+            body.offset_table.insert(queue_of(queue), offset);
+        }
+        tracing::info!(topic = %header.topic, group = %header.group, queues = targets.len(), timestamp = header.timestamp, "consumer offsets reset");
+        return answer(
+            request
+                .response_to(response_code::SUCCESS)
+                .with_body(body.to_java_json()),
+        );
+    }
+    // RocketMQ 4's way: the consumers move; the broker's table follows their next commits.
+    let mut body = ResetOffsetBody::default();
+    for (&queue, &target) in &targets {
+        let Some(committed) = broker.offsets.get(&header.topic, &header.group, queue) else {
+            let remark = format!("THe consumer group <{}> not exist", header.group);
+            return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+        };
+        let offset = if header.is_force || target < committed {
+            target
+        } else {
+            committed
+        };
+        body.offset_table.insert(queue_of(queue), offset);
+    }
+    let consumers = broker.clients.consumers(&header.group);
+    if consumers.is_empty() {
+        let remark = format!(
+            "Consumer not online, so can not reset offset, Group: {} Topic: {} Timestamp: {}",
+            header.group, header.topic, header.timestamp
+        );
+        return Err(Refusal::new(response_code::CONSUMER_NOT_ONLINE, remark));
+    }
+    let told = ResetOffsetRequestHeader {
+        offset: None,
+        queue_id: -1,
+        ..header.clone()
+    };
+    let json = body.to_java_json();
+    for (client_id, connection) in consumers {
+        let request =
+            Command::request(request_code::RESET_CONSUMER_CLIENT_OFFSET, request.encoding)
+                .with_ext(told.to_ext())
+                .with_body(json.clone());
+        if !connection.send_oneway(request) {
+            tracing::warn!(%client_id, group = %header.group, "could not tell a consumer of an offset reset");
+        }
+    }
+    answer(request.response_to(response_code::SUCCESS).with_body(json))
 }

@@ -63,6 +63,7 @@ pub fn pop(call: &Call, request: &Command) -> Handled {
             "invisibleTime must be positive",
         ));
     }
+    super::pull::group_may_consume(call, &header.consumer_group)?;
     let Some(shape) = broker.topics.shape(&header.topic) else {
         let remark = format!("topic[{}] not exist, apply first please!", header.topic);
         return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));

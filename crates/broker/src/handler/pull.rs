@@ -33,6 +33,7 @@ pub fn pull(call: &Call, request: &Command) -> Handled {
     let header = PullMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_group_name(&header.consumer_group)
         .map_err(|error| Refusal::new(response_code::SYSTEM_ERROR, error.to_string()))?;
+    group_may_consume(call, &header.consumer_group)?;
     match pull_once(call.broker, request, &header, true)? {
         Outcome::Answer(response) => Ok(Reply::Now(response)),
         Outcome::Wait => Ok(Reply::Wait(Box::pin(park(
@@ -96,6 +97,29 @@ fn pull_once(
             header.queue_id, header.topic, shape.read_queues
         );
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    // An admin reset this queue for the group (mqadmin resetOffsetByTime): the consumer is
+    // told to move to the reset offset, once, as RocketMQ's server-side reset does. The
+    // offset it piggybacks is from before the reset and is not committed.
+    if may_suspend {
+        if let Some(offset) =
+            broker
+                .offsets
+                .take_reset(&header.topic, &header.consumer_group, header.queue_id)
+        {
+            let bounds = broker.queue_bounds(&header.topic, header.queue_id as u32);
+            let response_header = PullMessageResponseHeader {
+                suggest_which_broker_id: 0,
+                next_begin_offset: offset,
+                min_offset: bounds.min_offset as i64,
+                max_offset: bounds.max_offset as i64,
+            };
+            return Ok(Outcome::Answer(
+                request
+                    .response_to(response_code::PULL_OFFSET_MOVED)
+                    .with_ext(response_header.to_ext()),
+            ));
+        }
     }
     // The offset the client piggybacks, once (the first pass is the one that may suspend), and
     // only for a queue that exists: the table is persisted, and a refused pull leaves nothing.
@@ -183,6 +207,10 @@ fn pull_once(
         .counters
         .messages_got
         .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
+    broker.counters.pulls.fetch_add(1, Ordering::Relaxed);
+    if read.message_count > 0 {
+        broker.counters.pulls_found.fetch_add(1, Ordering::Relaxed);
+    }
     let response_header = PullMessageResponseHeader {
         suggest_which_broker_id: if shape.memory {
             // A slave holds none of a non-persistent topic's messages.
@@ -199,6 +227,28 @@ fn pull_once(
         response = response.with_body(read.bytes);
     }
     Ok(Outcome::Answer(response))
+}
+
+/// RocketMQ's checks of the group's settings before a pull: the group exists (or may be
+/// created), may consume, and may consume by broadcast if its consumers do.
+pub(super) fn group_may_consume(call: &Call, group: &str) -> Result<(), Refusal> {
+    let broker = call.broker;
+    let Some(config) = broker.groups.find(group, call.now_ms) else {
+        let remark = format!("subscription group [{group}] does not exist");
+        return Err(Refusal::new(
+            response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
+            remark,
+        ));
+    };
+    if !config.consume_enable {
+        let remark = format!("subscription group no permission, {group}");
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    if !config.consume_broadcast_enable && broker.clients.is_broadcasting(group) {
+        let remark = format!("the consumer group[{group}] can not consume by broadcast way");
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    Ok(())
 }
 
 /// Which broker of the pair the consumer should pull from next, as RocketMQ suggests it: with

@@ -12,13 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use quiver_wire::body::{
     self, ConsumerOffsetSerializeWrapper, DataVersion, DelayOffsetSerializeWrapper,
-    SubscriptionGroupConfig, SubscriptionGroupWrapper, TopicConfigAndMappingSerializeWrapper,
+    TopicConfigAndMappingSerializeWrapper,
 };
 use quiver_wire::code::response_code;
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled};
-use crate::state::Broker;
 
 pub fn all_topic_config(call: &Call, request: &Command) -> Handled {
     let topics = call.broker.topics.snapshot();
@@ -86,27 +85,10 @@ pub fn all_delay_offset(call: &Call, request: &Command) -> Handled {
     )
 }
 
-/// Quiver keeps no subscription-group table: a group exists by committing offsets or by its
-/// consumers' heartbeats. So the answer lists the groups this broker knows of that way, each
-/// with RocketMQ's default settings, which is what a RocketMQ broker with
-/// autoCreateSubscriptionGroup (the default) would have made of them. A RocketMQ slave drops
-/// the groups this list lacks and recreates them when used, as its master would.
+/// The subscription-group table (`groups.rs`), whole, as a RocketMQ slave copies it.
 pub fn all_subscription_group(call: &Call, request: &Command) -> Handled {
-    let groups = known_groups(call.broker);
-    let total = groups.len();
-    let wrapper = SubscriptionGroupWrapper {
-        // No table, so no count of its changes. A RocketMQ slave copies the version and then
-        // bumps its own, so it copies the table again on every round whatever this says.
-        data_version: DataVersion {
-            timestamp: call.broker.started_ms,
-            ..DataVersion::default()
-        },
-        forbidden_table: BTreeMap::new(),
-        subscription_group_table: groups
-            .iter()
-            .map(|group| (group.clone(), SubscriptionGroupConfig::named(group)))
-            .collect(),
-    };
+    let wrapper = call.broker.groups.snapshot();
+    let total = wrapper.subscription_group_table.len();
     let ext = ExtFields::new().with("totalGroupNum", total);
     answer(
         request
@@ -114,20 +96,4 @@ pub fn all_subscription_group(call: &Call, request: &Command) -> Handled {
             .with_ext(ext)
             .with_body(body::to_json(&wrapper)),
     )
-}
-
-/// Groups with committed offsets here, and groups whose connected consumers subscribe to a
-/// topic here (a consumer of topics this broker lacks has nothing to consume from it).
-fn known_groups(broker: &Broker) -> BTreeSet<String> {
-    let mut groups: BTreeSet<String> = broker
-        .offsets
-        .snapshot()
-        .keys()
-        .filter_map(|key| key.split_once('@'))
-        .map(|(_, group)| group.to_string())
-        .collect();
-    for topic in broker.topics.names() {
-        groups.extend(broker.clients.groups_subscribed_to(&topic));
-    }
-    groups
 }

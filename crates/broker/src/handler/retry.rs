@@ -54,9 +54,13 @@ fn prepare(call: &Call, request: &Command) -> Result<(Record, String), Refusal> 
         Refusal::new(response_code::SYSTEM_ERROR, remark)
     })?;
     // A negative budget dead-letters at once, as in RocketMQ (Java clients send 16 for -1).
-    let max_reconsume_times = header
-        .max_reconsume_times
-        .unwrap_or(MAX_RECONSUME_TIMES_DEFAULT);
+    // A request without one takes the group's retryMaxTimes, as RocketMQ's does.
+    let max_reconsume_times = header.max_reconsume_times.unwrap_or_else(|| {
+        broker
+            .groups
+            .find(&header.group, call.now_ms)
+            .map_or(MAX_RECONSUME_TIMES_DEFAULT, |group| group.retry_max_times)
+    });
     let dead = original.reconsume_times >= max_reconsume_times || header.delay_level < 0;
     let destination = if dead {
         format!("{DLQ_PREFIX}{}", header.group)

@@ -71,6 +71,7 @@ pub fn topic_stats(call: &Call, request: &Command) -> Handled {
             },
         );
     }
+    table.topic_put_tps = broker.counters.topic_tps(&header.topic);
     answer(
         request
             .response_to(response_code::SUCCESS)

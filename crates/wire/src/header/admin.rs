@@ -123,6 +123,77 @@ pub struct QueryTopicConsumeByWhoHeader {
 
 ext_header!(QueryTopicConsumeByWhoHeader { topic: req "topic" });
 
+/// DELETE_SUBSCRIPTIONGROUP (207).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteSubscriptionGroupRequestHeader {
+    pub group_name: String,
+    /// Also forget the group's committed offsets.
+    pub clean_offset: bool,
+}
+
+ext_header!(DeleteSubscriptionGroupRequestHeader {
+    group_name: req "groupName",
+    clean_offset: def "cleanOffset" = false,
+});
+
+/// GET_SUBSCRIPTIONGROUP_CONFIG (352).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetSubscriptionGroupConfigRequestHeader {
+    pub group: String,
+}
+
+ext_header!(GetSubscriptionGroupConfigRequestHeader { group: req "group" });
+
+/// GET_CONSUMER_CONNECTION_LIST (203).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetConsumerConnectionListRequestHeader {
+    pub consumer_group: String,
+}
+
+ext_header!(GetConsumerConnectionListRequestHeader { consumer_group: req "consumerGroup" });
+
+/// GET_PRODUCER_CONNECTION_LIST (204).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetProducerConnectionListRequestHeader {
+    pub producer_group: String,
+}
+
+ext_header!(GetProducerConnectionListRequestHeader { producer_group: req "producerGroup" });
+
+/// INVOKE_BROKER_TO_RESET_OFFSET (222), and RESET_CONSUMER_CLIENT_OFFSET (220) as the broker
+/// sends it on to consumers. A negative `timestamp` means each queue's max offset; `queue_id`
+/// -1 means every queue, else `offset` (when set and not -1) is the target of that one queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResetOffsetRequestHeader {
+    pub topic: String,
+    pub group: String,
+    pub timestamp: i64,
+    pub is_force: bool,
+    pub queue_id: i32,
+    pub offset: Option<i64>,
+}
+
+ext_header!(ResetOffsetRequestHeader {
+    topic: req "topic",
+    group: req "group",
+    timestamp: req "timestamp",
+    is_force: def "isForce" = false,
+    queue_id: def "queueId" = -1,
+    offset: opt "offset",
+});
+
+/// GET_CONSUMER_RUNNING_INFO (307): forwarded by the broker to the named client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetConsumerRunningInfoRequestHeader {
+    pub consumer_group: String,
+    pub client_id: String,
+}
+
+ext_header!(GetConsumerRunningInfoRequestHeader {
+    consumer_group: req "consumerGroup",
+    client_id: req "clientId",
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
