@@ -53,7 +53,7 @@ pub fn validate_group(name: &str) -> Result<(), String> {
 pub struct SubscriptionGroups {
     file: persist::SnapshotFile,
     table: Mutex<SubscriptionGroupWrapper>,
-    auto_create: bool,
+    auto_create: AtomicBool,
     dirty: AtomicBool,
 }
 
@@ -96,9 +96,18 @@ impl SubscriptionGroups {
         Ok(SubscriptionGroups {
             file: persist::SnapshotFile::new(path),
             table: Mutex::new(table),
-            auto_create,
+            auto_create: AtomicBool::new(auto_create),
             dirty: AtomicBool::new(dirty),
         })
+    }
+
+    /// autoCreateSubscriptionGroup as it is now (`mqadmin updateBrokerConfig` changes it).
+    pub fn auto_create(&self) -> bool {
+        self.auto_create.load(Ordering::Relaxed)
+    }
+
+    pub fn set_auto_create(&self, on: bool) {
+        self.auto_create.store(on, Ordering::Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SubscriptionGroupWrapper> {
@@ -119,7 +128,7 @@ impl SubscriptionGroups {
         if let Some(config) = table.subscription_group_table.get(group) {
             return Some(config.clone());
         }
-        let may_create = self.auto_create || group.starts_with(SYSTEM_GROUP_PREFIX);
+        let may_create = self.auto_create() || group.starts_with(SYSTEM_GROUP_PREFIX);
         if !may_create || validate_group(group).is_err() {
             return None;
         }

@@ -118,8 +118,34 @@ impl Counters {
     }
 }
 
+/// The settings `mqadmin updateBrokerConfig` may change while the broker runs; they start from
+/// `broker.conf` and are read here, not from `config`.
+pub struct LiveConfig {
+    pub broker_permission: std::sync::atomic::AtomicI32,
+    pub auto_create_topic: std::sync::atomic::AtomicBool,
+}
+
+impl LiveConfig {
+    fn from(config: &BrokerConfig) -> LiveConfig {
+        LiveConfig {
+            broker_permission: std::sync::atomic::AtomicI32::new(config.broker_permission),
+            auto_create_topic: std::sync::atomic::AtomicBool::new(config.auto_create_topic),
+        }
+    }
+
+    pub fn broker_permission(&self) -> i32 {
+        self.broker_permission.load(Ordering::Relaxed)
+    }
+
+    pub fn auto_create_topic(&self) -> bool {
+        self.auto_create_topic.load(Ordering::Relaxed)
+    }
+}
+
 pub struct Broker {
     pub config: BrokerConfig,
+    /// What of `config` can change at run time, as it is now.
+    pub live: LiveConfig,
     pub store: Store,
     pub topics: TopicTable,
     pub offsets: ConsumerOffsets,
@@ -352,6 +378,7 @@ impl Broker {
             },
         ));
         Broker {
+            live: LiveConfig::from(&config),
             config,
             store,
             topics,

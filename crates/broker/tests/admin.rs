@@ -63,3 +63,65 @@ async fn runtime_info_counts_uptime_on_the_call_clock() {
         "[ 0 days, 0 hours, 1 minutes, 30 seconds ]"
     );
 }
+
+fn update_config(text: &str) -> Command {
+    Command::request(request_code::UPDATE_BROKER_CONFIG, Encoding::Json)
+        .with_body(text.as_bytes().to_vec())
+}
+
+async fn config_value(h: &Harness, key: &str) -> String {
+    let answer = h
+        .call(Command::request(
+            request_code::GET_BROKER_CONFIG,
+            Encoding::Json,
+        ))
+        .await;
+    let text = String::from_utf8(answer.body.to_vec()).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn runtime_keys_change_at_once_and_the_others_are_refused_with_the_reason() {
+    let h = Harness::new();
+    h.create_topic("Orders", 1).await;
+    let answer = h.call(update_config("brokerPermission=4\n")).await;
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    assert_eq!(config_value(&h, "brokerPermission").await, "4");
+    let refused = h.send("Orders", b"x", &options()).await;
+    assert_eq!(refused.code, response_code::NO_PERMISSION);
+    h.call(update_config("brokerPermission=6\n")).await;
+    assert_eq!(
+        h.send("Orders", b"x", &options()).await.code,
+        response_code::SUCCESS
+    );
+
+    h.call(update_config(
+        "autoCreateSubscriptionGroup=false\nautoCreateTopicEnable=false\n",
+    ))
+    .await;
+    assert_eq!(
+        config_value(&h, "autoCreateSubscriptionGroup").await,
+        "false"
+    );
+    assert_eq!(
+        h.pull("Orders", "newGroup", 0, 0).await.code,
+        response_code::SUBSCRIPTION_GROUP_NOT_EXIST
+    );
+    let auto = h.send("Unheard", b"x", &options()).await;
+    assert_eq!(auto.code, response_code::TOPIC_NOT_EXIST);
+
+    for (text, words) in [
+        ("flushDiskType=SYNC_FLUSH\n", "read only at start"),
+        ("brokerPermission=99\n", "brokerPermission"),
+        ("noSuchKey=1\n", "unknown broker config key noSuchKey"),
+    ] {
+        let answer = h.call(update_config(text)).await;
+        assert_eq!(answer.code, response_code::INVALID_PARAMETER, "{text}");
+        let remark = answer.remark.unwrap_or_default();
+        assert!(remark.contains(words), "{text}: {remark}");
+    }
+    assert_eq!(config_value(&h, "brokerPermission").await, "6");
+}

@@ -111,9 +111,14 @@ async fn groups_are_created_read_changed_and_deleted_with_their_offsets() {
             .with("cleanOffset", true),
     );
     assert_eq!(h.call(delete).await.code, response_code::SUCCESS);
-    let gone = h.call(get_group("billing")).await;
-    assert_eq!(gone.code, response_code::SUBSCRIPTION_GROUP_NOT_EXIST);
     assert_eq!(h.broker.offsets.get("Orders", "billing", 0), None);
+    // Asking for it again creates it afresh, with RocketMQ's defaults (autoCreateSubscriptionGroup).
+    let again: SubscriptionGroupConfig =
+        body::from_json(&h.call(get_group("billing")).await.body).unwrap();
+    assert_eq!(again, SubscriptionGroupConfig::named("billing"));
+    let strict = Harness::with_config("autoCreateSubscriptionGroup=false\n");
+    let gone = strict.call(get_group("billing")).await;
+    assert_eq!(gone.code, response_code::SUBSCRIPTION_GROUP_NOT_EXIST);
 }
 
 #[tokio::test]

@@ -279,6 +279,7 @@ pub fn broker_config(call: &Call, request: &Command) -> Handled {
         .config
         .properties(broker.store_host.port())
         .into_iter()
+        .map(|(key, value)| (key, live_value(broker, key).unwrap_or(value)))
         .map(|(key, value)| format!("{key}={}\n", properties_escape(&value)))
         .collect();
     let version = format!(
@@ -291,6 +292,82 @@ pub fn broker_config(call: &Call, request: &Command) -> Handled {
             .with_ext(quiver_wire::ExtFields::new().with("version", version))
             .with_body(text.into_bytes()),
     )
+}
+
+/// The keys `mqadmin updateBrokerConfig` can change while the broker runs.
+const RUNTIME_KEYS: [&str; 3] = [
+    "brokerPermission",
+    "autoCreateTopicEnable",
+    "autoCreateSubscriptionGroup",
+];
+
+/// A runtime key's value as it is now.
+fn live_value(broker: &crate::state::Broker, key: &str) -> Option<String> {
+    match key {
+        "brokerPermission" => Some(broker.live.broker_permission().to_string()),
+        "autoCreateTopicEnable" => Some(broker.live.auto_create_topic().to_string()),
+        "autoCreateSubscriptionGroup" => Some(broker.groups.auto_create().to_string()),
+        _ => None,
+    }
+}
+
+/// UPDATE_BROKER_CONFIG (`mqadmin updateBrokerConfig -k KEY -v VALUE`): the body is
+/// `key=value` lines. The keys in `RUNTIME_KEYS` take effect at once; any other key is refused
+/// with the reason (it is read only at start: broker.conf is where it changes), rather than
+/// accepted and silently ignored. Values are checked as broker.conf's are. As with RocketMQ
+/// started from a config file, a change lasts until the broker restarts.
+pub fn update_broker_config(call: &Call, request: &Command) -> Handled {
+    let broker = call.broker;
+    let text = std::str::from_utf8(&request.body).map_err(|_| {
+        Refusal::new(
+            response_code::SYSTEM_ERROR,
+            "string2Properties error: the body is not UTF-8",
+        )
+    })?;
+    // Checked on a copy, so that a bad line changes nothing.
+    let mut checked = broker.config.clone();
+    let unknown = checked
+        .apply_properties(text)
+        .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
+    if let Some(key) = unknown.first() {
+        let remark = format!("unknown broker config key {}", key.key);
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    let keys: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#') && !line.starts_with('!'))
+        .filter_map(|line| line.split(['=', ':']).next())
+        .map(str::trim)
+        .collect();
+    if let Some(fixed) = keys.iter().find(|key| !RUNTIME_KEYS.contains(key)) {
+        let remark = format!(
+            "{fixed} is read only at start: set it in broker.conf and restart the broker \
+             (keys that change at run time: {})",
+            RUNTIME_KEYS.join(", ")
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    for key in keys {
+        match key {
+            "brokerPermission" => {
+                let perm = checked.broker_permission;
+                broker.live.broker_permission.store(perm, Ordering::Relaxed);
+                // Name servers learn the broker's state at its next registration: now.
+                broker.topics_changed();
+            }
+            "autoCreateTopicEnable" => broker
+                .live
+                .auto_create_topic
+                .store(checked.auto_create_topic, Ordering::Relaxed),
+            "autoCreateSubscriptionGroup" => broker
+                .groups
+                .set_auto_create(checked.auto_create_subscription_group),
+            _ => unreachable!("only runtime keys get here"),
+        }
+        tracing::info!(%key, value = ?live_value(broker, key), peer = %call.connection.peer, "broker config updated");
+    }
+    answer(request.response_to(response_code::SUCCESS))
 }
 
 /// `value` as `java.util.Properties.store` writes a value, so that `Properties.load` (which

@@ -49,9 +49,11 @@ pub fn delete(call: &Call, request: &Command) -> Handled {
     answer(request.response_to(response_code::SUCCESS))
 }
 
+/// As RocketMQ, asking for a group creates it when autoCreateSubscriptionGroup is on, so a
+/// deleted group reads back with the default settings.
 pub fn get(call: &Call, request: &Command) -> Handled {
     let header = GetSubscriptionGroupConfigRequestHeader::from_ext(ext_or_err(request)?)?;
-    let Some(config) = call.broker.groups.get(&header.group) else {
+    let Some(config) = call.broker.groups.find(&header.group, call.now_ms) else {
         return Err(Refusal::new(
             response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
             "No group in this broker",

@@ -94,7 +94,7 @@ fn broker_writable(broker: &Broker) -> Result<(), Refusal> {
             "service not available now: the broker is a slave, which takes no sends",
         ));
     }
-    if broker.config.broker_permission & PERM_WRITE == 0 {
+    if broker.live.broker_permission() & PERM_WRITE == 0 {
         let remark = format!(
             "the broker[{}] sending message is forbidden",
             broker.config.broker_name
@@ -135,6 +135,7 @@ fn handler_for(code: i32) -> Option<Handler> {
         DELETE_TOPIC_IN_BROKER => admin::delete_topic,
         GET_BROKER_RUNTIME_INFO => admin::runtime_info,
         GET_BROKER_CONFIG => admin::broker_config,
+        UPDATE_BROKER_CONFIG => admin::update_broker_config,
         QUERY_TOPIC_CONSUME_BY_WHO => admin::topic_consumed_by,
         QUERY_MESSAGE => query::by_key,
         VIEW_MESSAGE_BY_ID => query::by_position,

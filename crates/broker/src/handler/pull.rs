@@ -87,7 +87,7 @@ fn pull_once(
         let remark = format!("topic[{}] not exist, apply first please!", header.topic);
         return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
     };
-    if shape.perm & PERM_READ == 0 || broker.config.broker_permission & PERM_READ == 0 {
+    if shape.perm & PERM_READ == 0 || broker.live.broker_permission() & PERM_READ == 0 {
         let remark = format!("the topic[{}] pulling message is forbidden", header.topic);
         return Err(Refusal::new(response_code::NO_PERMISSION, remark));
     }

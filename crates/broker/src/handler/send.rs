@@ -244,7 +244,7 @@ fn topic_shape(
         let template = broker
             .topics
             .shape(&header.default_topic)
-            .filter(|t| broker.config.auto_create_topic && t.perm & PERM_INHERIT != 0);
+            .filter(|t| broker.live.auto_create_topic() && t.perm & PERM_INHERIT != 0);
         let Some(template) = template else {
             let remark = format!("topic[{}] not exist, apply first please!", header.topic);
             return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
