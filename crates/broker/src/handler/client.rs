@@ -1,6 +1,7 @@
-//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP.
+//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, and
+//! CHECK_CLIENT_CONFIG (whether the broker can serve a consumer's subscription).
 
-use quiver_wire::body::{self, ConsumerIdList, HeartbeatData};
+use quiver_wire::body::{self, CheckClientRequestBody, ConsumerIdList, HeartbeatData};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
     ext_or_err, GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader,
@@ -8,6 +9,7 @@ use quiver_wire::header::{
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal};
+use crate::filter::MessageFilter;
 use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 
 /// Registers the client's groups and subscriptions, creates each clustering consumer group's
@@ -82,4 +84,29 @@ pub fn consumer_list(call: &Call, request: &Command) -> Handled {
         consumer_id_list: ids,
     });
     answer(request.response_to(response_code::SUCCESS).with_body(body))
+}
+
+/// CHECK_CLIENT_CONFIG: Java's push consumer asks at start whether its SQL92 subscription can
+/// be served, and fails to start if not. As RocketMQ: a TAG subscription is always fine; SQL92
+/// needs `enablePropertyFilter` (SYSTEM_ERROR) and an expression that parses
+/// (SUBSCRIPTION_PARSE_FAILED, the parse error as remark).
+pub fn check_client_config(call: &Call, request: &Command) -> Handled {
+    let body: CheckClientRequestBody = body::from_json(&request.body).map_err(|e| {
+        let remark = format!("bad CHECK_CLIENT_CONFIG body: {e}");
+        Refusal::new(response_code::SYSTEM_ERROR, remark)
+    })?;
+    let subscription = &body.subscription_data;
+    let expression_type = subscription.expression_type.as_str();
+    if MessageFilter::is_tag_type(Some(expression_type)) {
+        return answer(request.response_to(response_code::SUCCESS));
+    }
+    if !call.broker.config.enable_property_filter {
+        let remark = format!(
+            "The broker does not support consumer to filter message by {expression_type} (enablePropertyFilter=false)"
+        );
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    }
+    MessageFilter::parse(Some(expression_type), &subscription.sub_string)
+        .map_err(|e| Refusal::new(response_code::SUBSCRIPTION_PARSE_FAILED, e.to_string()))?;
+    answer(request.response_to(response_code::SUCCESS))
 }
