@@ -964,7 +964,7 @@ impl Parser<'_> {
             Ok(value) if value.is_finite() && value > 0.0 => Ok(Value::Double(value)),
             _ => Err(self.error(
                 at,
-                format!("{text} is not a positive finite double (RocketMQ refuses 0.0 too)"),
+                format!("{text}: a decimal literal must be above 0 and finite (write 0 for zero)"),
             )),
         }
     }
