@@ -2,53 +2,34 @@
 //! subscriptions (a push consumer's pull carries none, so the broker filters by what the
 //! group's last heartbeat said).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use quiver_wire::body::{ConsumerData, HeartbeatData};
-use quiver_wire::message::tags_code;
 
 use crate::connection::{Connection, ConnectionId};
+use crate::filter::{FilterError, MessageFilter};
 
 /// Java clients heartbeat every 30 s; Java brokers drop a client silent for 120 s.
 pub const CLIENT_EXPIRY_MS: i64 = 120_000;
-
-/// Which messages of a topic a consumer wants, by tag hash as stored in the ConsumeQueue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TagFilter {
-    All,
-    Codes(HashSet<i64>),
-}
-
-impl TagFilter {
-    /// Parses a TAG expression: `*` (or empty) for all, otherwise `TagA || TagB`.
-    pub fn parse(expression: &str) -> TagFilter {
-        let expression = expression.trim();
-        if expression.is_empty() || expression == "*" {
-            return TagFilter::All;
-        }
-        let codes = expression
-            .split("||")
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(tags_code)
-            .collect();
-        TagFilter::Codes(codes)
-    }
-
-    pub fn accepts(&self, code: i64) -> bool {
-        match self {
-            TagFilter::All => true,
-            TagFilter::Codes(codes) => codes.contains(&code),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Member {
     connection: Connection,
     last_seen_ms: i64,
     data: ConsumerData,
+    /// Each subscription's filter, parsed when the heartbeat came (pulls use it many times).
+    filters: Vec<Result<MessageFilter, FilterError>>,
+}
+
+/// A group's subscription to a topic as the broker filters by it.
+#[derive(Debug, Clone)]
+pub struct Subscribed {
+    /// An expression that does not parse is kept as its error: the consumer's pulls are
+    /// refused until a heartbeat brings one that does, as RocketMQ refuses them.
+    pub filter: Result<MessageFilter, FilterError>,
+    /// The version the consumer gave (Java: the time it subscribed).
+    pub version: i64,
 }
 
 #[derive(Debug, Default)]
@@ -100,10 +81,19 @@ impl ClientTable {
             if is_new {
                 changed.push(consumer.group_name.clone());
             }
+            let filters = consumer
+                .subscription_data_set
+                .iter()
+                .map(|s| {
+                    let expression_type = Some(s.expression_type.as_str());
+                    MessageFilter::parse(expression_type, &s.sub_string)
+                })
+                .collect();
             let member = Member {
                 connection: connection.clone(),
                 last_seen_ms: now_ms,
                 data: consumer,
+                filters,
             };
             group.insert(data.client_id.clone(), member);
         }
@@ -220,26 +210,22 @@ impl ClientTable {
             .collect()
     }
 
-    /// The group's newest subscription to `topic` and its version (Java: the time the
-    /// consumer subscribed), from its members' heartbeats.
-    pub fn subscription(&self, group: &str, topic: &str) -> Option<(TagFilter, i64)> {
+    /// The group's newest subscription to `topic` (the highest version among its members'
+    /// heartbeats) and its filter.
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<Subscribed> {
         let tables = self.lock();
         let members = tables.consumers.get(group)?;
         members
             .values()
             .filter_map(|member| {
-                member
-                    .data
-                    .subscription_data_set
-                    .iter()
-                    .find(|s| s.topic == topic)
+                let data = &member.data.subscription_data_set;
+                let index = data.iter().position(|s| s.topic == topic)?;
+                Some((data[index].sub_version, member.filters.get(index)?))
             })
-            .max_by_key(|subscription| subscription.sub_version)
-            .map(|subscription| {
-                (
-                    TagFilter::parse(&subscription.sub_string),
-                    subscription.sub_version,
-                )
+            .max_by_key(|(version, _)| *version)
+            .map(|(version, filter)| Subscribed {
+                filter: filter.clone(),
+                version,
             })
     }
 
@@ -299,6 +285,7 @@ impl ClientTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filter::TagFilter;
     use quiver_wire::body::SubscriptionData;
 
     fn consumer(group: &str, topic: &str, expression: &str, version: i64) -> ConsumerData {
@@ -323,15 +310,6 @@ mod tests {
     }
 
     #[test]
-    fn tag_filters_match_by_java_hash() {
-        let filter = TagFilter::parse("TagA || TagB");
-        assert!(filter.accepts(tags_code("TagA")));
-        assert!(filter.accepts(tags_code("TagB")));
-        assert!(!filter.accepts(tags_code("TagC")));
-        assert!(TagFilter::parse(" * ").accepts(12345));
-    }
-
-    #[test]
     fn membership_changes_are_reported_once_and_on_close() {
         let table = ClientTable::default();
         let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
@@ -351,10 +329,12 @@ mod tests {
             table.consumer_ids("g"),
             vec!["c1".to_string(), "c2".to_string()]
         );
-        assert_eq!(
-            table.subscription("g", "T"),
-            Some((TagFilter::parse("TagA"), 2))
-        );
+        let subscribed = table.subscription("g", "T").expect("subscribed");
+        assert_eq!(subscribed.version, 2);
+        assert!(matches!(
+            subscribed.filter,
+            Ok(MessageFilter::Tags(tags)) if tags == TagFilter::parse("TagA")
+        ));
         assert_eq!(table.connection_closed(1), vec!["g"]);
         assert_eq!(table.consumer_ids("g"), vec!["c2".to_string()]);
         assert_eq!(table.expire(5 + CLIENT_EXPIRY_MS + 1), vec!["g"]);

@@ -87,6 +87,9 @@ pub struct BrokerConfig {
     pub non_persistent_queue_bytes: u64,
     /// `nonPersistentBytesMax`: all rings together; each queue gets at most its share.
     pub non_persistent_bytes_max: u64,
+    /// `enablePropertyFilter`: SQL92 subscriptions are served; without it pulls and
+    /// CHECK_CLIENT_CONFIG refuse them, as RocketMQ does (its default is off too).
+    pub enable_property_filter: bool,
 }
 
 impl Default for BrokerConfig {
@@ -142,6 +145,7 @@ impl Default for BrokerConfig {
             non_persistent_topics: Vec::new(),
             non_persistent_queue_bytes: 16 * 1024 * 1024,
             non_persistent_bytes_max: 256 * 1024 * 1024,
+            enable_property_filter: false,
         }
     }
 }
@@ -386,6 +390,10 @@ impl BrokerConfig {
                 "nonPersistentBytesMax",
                 self.non_persistent_bytes_max.to_string(),
             ),
+            (
+                "enablePropertyFilter",
+                self.enable_property_filter.to_string(),
+            ),
         ]
     }
 
@@ -534,6 +542,7 @@ impl BrokerConfig {
                 "nonPersistentBytesMax" => {
                     self.non_persistent_bytes_max = field.number(64 * 1024, 1 << 40)?
                 }
+                "enablePropertyFilter" => self.enable_property_filter = field.boolean()?,
                 _ => unknown.push(UnknownKey {
                     line,
                     key: key.to_string(),

@@ -13,6 +13,7 @@ mod clock;
 pub mod config;
 pub mod connection;
 pub mod delay;
+pub mod filter;
 pub mod groups;
 pub mod ha;
 pub mod handler;

@@ -233,6 +233,16 @@ body_struct! {
 }
 
 body_struct! {
+    /// CHECK_CLIENT_CONFIG request: a consumer asks whether the broker can serve its
+    /// subscription (Java's push consumer does so at start for a SQL92 one).
+    pub struct CheckClientRequestBody {
+        pub client_id: String,
+        pub group: String,
+        pub subscription_data: SubscriptionData,
+    }
+}
+
+body_struct! {
     pub struct SubscriptionData {
         pub class_filter_mode: bool,
         /// Java hash of each tag.

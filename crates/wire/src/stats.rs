@@ -283,7 +283,7 @@ mod tests {
         body.offset_table.insert(queue(0), 7);
         body.offset_table.insert(queue(2), 0);
         let json = body.to_java_json();
-        assert!(json.starts_with(b"{\"offsetTable\":{{\"brokerName\""));
+        assert!(json.starts_with(b"{\"offsetTable\":{{\"topic\""));
         assert_eq!(ResetOffsetBody::from_java_json(&json).unwrap(), body);
     }
 

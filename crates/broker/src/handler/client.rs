@@ -1,11 +1,13 @@
-//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP; and what
-//! admin tools ask about clients: GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST,
+//! Client membership: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+//! CHECK_CLIENT_CONFIG (whether the broker can serve a consumer's subscription); and what admin
+//! tools ask about clients: GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST,
 //! GET_CONSUMER_RUNNING_INFO (passed on to the consumer).
 
 use std::time::Duration;
 
 use quiver_wire::body::{
-    self, ClientConnection, ConsumerConnection, ConsumerIdList, HeartbeatData, ProducerConnection,
+    self, CheckClientRequestBody, ClientConnection, ConsumerConnection, ConsumerIdList,
+    HeartbeatData, ProducerConnection,
 };
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
@@ -17,6 +19,7 @@ use quiver_wire::{Command, ExtFields, LanguageCode};
 
 use super::{answer, Call, Handled, Refusal, Reply};
 use crate::connection::{AskError, Connection};
+use crate::filter::MessageFilter;
 use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 
 /// Registers the client's groups and subscriptions, creates each clustering consumer group's
@@ -235,4 +238,29 @@ pub fn consumer_running_info(call: &Call, request: &Command) -> Handled {
             }
         }
     })))
+}
+
+/// CHECK_CLIENT_CONFIG: Java's push consumer asks at start whether its SQL92 subscription can
+/// be served, and fails to start if not. As RocketMQ: a TAG subscription is always fine; SQL92
+/// needs `enablePropertyFilter` (SYSTEM_ERROR) and an expression that parses
+/// (SUBSCRIPTION_PARSE_FAILED, the parse error as remark).
+pub fn check_client_config(call: &Call, request: &Command) -> Handled {
+    let body: CheckClientRequestBody = body::from_json(&request.body).map_err(|e| {
+        let remark = format!("bad CHECK_CLIENT_CONFIG body: {e}");
+        Refusal::new(response_code::SYSTEM_ERROR, remark)
+    })?;
+    let subscription = &body.subscription_data;
+    let expression_type = subscription.expression_type.as_str();
+    if MessageFilter::is_tag_type(Some(expression_type)) {
+        return answer(request.response_to(response_code::SUCCESS));
+    }
+    if !call.broker.config.enable_property_filter {
+        let remark = format!(
+            "The broker does not support consumer to filter message by {expression_type} (enablePropertyFilter=false)"
+        );
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    }
+    MessageFilter::parse(Some(expression_type), &subscription.sub_string)
+        .map_err(|e| Refusal::new(response_code::SUBSCRIPTION_PARSE_FAILED, e.to_string()))?;
+    answer(request.response_to(response_code::SUCCESS))
 }

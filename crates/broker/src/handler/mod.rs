@@ -125,6 +125,7 @@ fn handler_for(code: i32) -> Option<Handler> {
         HEART_BEAT => client::heartbeat,
         UNREGISTER_CLIENT => client::unregister,
         GET_CONSUMER_LIST_BY_GROUP => client::consumer_list,
+        CHECK_CLIENT_CONFIG => client::check_client_config,
         QUERY_CONSUMER_OFFSET => offset::query_consumer_offset,
         UPDATE_CONSUMER_OFFSET => offset::update_consumer_offset,
         GET_MAX_OFFSET => offset::max_offset,

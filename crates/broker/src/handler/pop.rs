@@ -16,7 +16,7 @@ use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal, Reply};
-use crate::clients::TagFilter;
+use crate::filter::{read_matching, MessageFilter, TagFilter};
 use crate::pop::{retry_topic, Claim, QueueKey};
 use crate::state::Broker;
 use crate::topic::{validate_group_name, PERM_READ};
@@ -79,17 +79,15 @@ pub fn pop(call: &Call, request: &Command) -> Handled {
         );
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
     }
-    if header
-        .exp_type
-        .as_deref()
-        .is_some_and(|t| !t.eq_ignore_ascii_case("TAG"))
-    {
-        return Err(Refusal::new(
-            response_code::SUBSCRIPTION_PARSE_FAILED,
-            "only TAG expressions are supported; SQL92 filtering is not",
-        ));
-    }
-    let filter = TagFilter::parse(header.exp.as_deref().unwrap_or("*"));
+    // As RocketMQ: no expression is "*" whatever the type, and pop serves SQL92 without
+    // looking at enablePropertyFilter (only pulls and CHECK_CLIENT_CONFIG do).
+    let filter = match header.exp.as_deref().filter(|exp| !exp.is_empty()) {
+        None => MessageFilter::Tags(TagFilter::All),
+        Some(exp) => MessageFilter::parse(header.exp_type.as_deref(), exp).map_err(|error| {
+            let remark = format!("parse the consumer's subscription failed: {error}");
+            Refusal::new(response_code::SUBSCRIPTION_PARSE_FAILED, remark)
+        })?,
+    };
     let queues: Vec<i32> = if header.queue_id < 0 {
         let n = shape.read_queues.max(0);
         let first = broker.pick_queue(n.max(1));
@@ -121,7 +119,7 @@ async fn poll(
     response: Command,
     header: PopMessageRequestHeader,
     queues: Vec<i32>,
-    filter: TagFilter,
+    filter: MessageFilter,
 ) -> Command {
     let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
     let deadline = tokio::time::Instant::now() + hold;
@@ -215,7 +213,7 @@ fn pop_once(
     broker: &Broker,
     header: &PopMessageRequestHeader,
     queues: &[i32],
-    filter: &TagFilter,
+    filter: &MessageFilter,
     now_ms: i64,
 ) -> Found {
     let mut found = Found::default();
@@ -242,7 +240,7 @@ fn pop_queue(
     header: &PopMessageRequestHeader,
     topic: &str,
     queue_id: i32,
-    filter: &TagFilter,
+    filter: &MessageFilter,
     now_ms: i64,
     found: &mut Found,
 ) {
@@ -285,15 +283,22 @@ fn pop_queue(
             if cursor >= bounds.max_offset {
                 return (Vec::new(), cursor);
             }
-            let accept = |code: i64| is_retry || filter.accepts(code);
-            match broker.store.read(
-                topic,
-                queue_id as u32,
+            // Retry copies were selected once already: they are not filtered again.
+            let all = MessageFilter::Tags(TagFilter::All);
+            let filter = if is_retry { &all } else { filter };
+            let accept = |code: i64| filter.accepts_code(code);
+            let read = read_matching(
+                filter,
                 cursor,
                 wanted as u32,
                 POP_BYTES_MAX,
-                &accept,
-            ) {
+                |from, count, bytes| {
+                    broker
+                        .store
+                        .read(topic, queue_id as u32, from, count, bytes, &accept)
+                },
+            );
+            match read {
                 Ok(read) => {
                     let offsets = record_offsets(&read.bytes);
                     if read.status == ReadStatus::Found {

@@ -13,7 +13,7 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{Call, Handled, Refusal, Reply};
-use crate::clients::TagFilter;
+use crate::filter::{read_matching, MessageFilter};
 use crate::state::Broker;
 use crate::topic::{validate_group_name, PERM_READ};
 
@@ -155,28 +155,36 @@ fn pull_once(
             max_offset: bounds.max_offset,
             damage: None,
         }
-    } else if shape.memory {
-        broker.memory.read(
-            &header.topic,
-            header.queue_id as u32,
-            &header.consumer_group,
-            header.queue_offset.max(0) as u64,
+    } else {
+        let queue_id = header.queue_id as u32;
+        let accept = |code: i64| filter.accepts_code(code);
+        let offset = header.queue_offset.max(0) as u64;
+        read_matching(
+            &filter,
+            offset,
             max_messages,
             max_bytes,
-            &|code| filter.accepts(code),
-        )
-    } else {
-        broker
-            .store
-            .read(
-                &header.topic,
-                header.queue_id as u32,
-                header.queue_offset.max(0) as u64,
-                max_messages,
-                max_bytes,
-                &|code| filter.accepts(code),
-            )
-            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
+            |from, count, bytes| {
+                if shape.memory {
+                    let group = &header.consumer_group;
+                    let read = broker.memory.read(
+                        &header.topic,
+                        queue_id,
+                        group,
+                        from,
+                        count,
+                        bytes,
+                        &accept,
+                    );
+                    Ok(read)
+                } else {
+                    broker
+                        .store
+                        .read(&header.topic, queue_id, from, count, bytes, &accept)
+                        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))
+                }
+            },
+        )?
     };
     if let Some(damage) = &read.damage {
         tracing::error!(
@@ -288,40 +296,58 @@ fn last_record_end(mut bytes: &[u8]) -> Option<u64> {
 }
 
 /// The subscription to filter by: from the request when it carries one (lite pull), else from
-/// the group's last heartbeat (push consumers), as Java brokers do.
-fn filter_for(broker: &Broker, header: &PullMessageRequestHeader) -> Result<TagFilter, Refusal> {
-    if header.sys_flag & pull_sys_flag::SUBSCRIPTION != 0 {
-        if header
-            .expression_type
-            .as_deref()
-            .is_some_and(|t| !t.eq_ignore_ascii_case("TAG"))
-        {
+/// the group's last heartbeat (push consumers), as Java brokers do, with their codes.
+fn filter_for(
+    broker: &Broker,
+    header: &PullMessageRequestHeader,
+) -> Result<MessageFilter, Refusal> {
+    let filter = if header.sys_flag & pull_sys_flag::SUBSCRIPTION != 0 {
+        let expression = header.subscription.as_deref().unwrap_or("*");
+        MessageFilter::parse(header.expression_type.as_deref(), expression).map_err(|error| {
+            let remark = format!("parse the consumer's subscription failed: {error}");
+            Refusal::new(response_code::SUBSCRIPTION_PARSE_FAILED, remark)
+        })?
+    } else {
+        let subscribed = broker
+            .clients
+            .subscription(&header.consumer_group, &header.topic)
+            .ok_or_else(|| {
+                let remark = format!(
+                    "the consumer's subscription of group {} to topic {} does not exist; send a heartbeat first",
+                    header.consumer_group, header.topic
+                );
+                Refusal::new(response_code::SUBSCRIPTION_NOT_EXIST, remark)
+            })?;
+        // The consumer changed its subscription and this pull overtook the heartbeat saying
+        // so: filtering by the old one would skip, for good, messages the new one wants.
+        if subscribed.version < header.sub_version {
             return Err(Refusal::new(
-                response_code::SUBSCRIPTION_PARSE_FAILED,
-                "only TAG subscriptions are supported; SQL92 filtering is not",
+                response_code::SUBSCRIPTION_NOT_LATEST,
+                "the consumer's subscription not latest",
             ));
         }
-        return Ok(TagFilter::parse(
-            header.subscription.as_deref().unwrap_or("*"),
-        ));
-    }
-    let (filter, version) = broker
-        .clients
-        .subscription(&header.consumer_group, &header.topic)
-        .ok_or_else(|| {
+        subscribed.filter.map_err(|error| {
             let remark = format!(
-                "the consumer's subscription of group {} to topic {} does not exist; send a heartbeat first",
-                header.consumer_group, header.topic
+                "The broker's consumer filter data is not exist!Your expression may be wrong! {error}"
             );
-            Refusal::new(response_code::SUBSCRIPTION_NOT_EXIST, remark)
-        })?;
-    // The consumer changed its subscription and this pull overtook the heartbeat saying so:
-    // filtering by the old one would skip, for good, messages the new one wants.
-    if version < header.sub_version {
+            Refusal::new(response_code::FILTER_DATA_NOT_EXIST, remark)
+        })?
+    };
+    property_filter_enabled(broker, &filter)?;
+    Ok(filter)
+}
+
+/// RocketMQ serves SQL92 subscriptions only with `enablePropertyFilter`, and refuses them
+/// with SYSTEM_ERROR otherwise.
+pub(super) fn property_filter_enabled(
+    broker: &Broker,
+    filter: &MessageFilter,
+) -> Result<(), Refusal> {
+    if filter.is_sql() && !broker.config.enable_property_filter {
         return Err(Refusal::new(
-            response_code::SUBSCRIPTION_NOT_LATEST,
-            "the consumer's subscription not latest",
+            response_code::SYSTEM_ERROR,
+            "The broker does not support consumer to filter message by SQL92 (enablePropertyFilter=false)",
         ));
     }
-    Ok(filter)
+    Ok(())
 }
