@@ -84,6 +84,10 @@ pub struct BrokerConfig {
     pub non_persistent_queue_bytes: u64,
     /// `nonPersistentBytesMax`: all rings together; each queue gets at most its share.
     pub non_persistent_bytes_max: u64,
+    /// `transactionTimeOut`, `transactionCheckInterval`, `transactionCheckMax`: a half message
+    /// unresolved this long (ms) is checked with its producer, every interval (ms), at most
+    /// this many times; see `transaction.rs`.
+    pub transaction: crate::transaction::CheckConfig,
 }
 
 impl Default for BrokerConfig {
@@ -138,6 +142,7 @@ impl Default for BrokerConfig {
             non_persistent_topics: Vec::new(),
             non_persistent_queue_bytes: 16 * 1024 * 1024,
             non_persistent_bytes_max: 256 * 1024 * 1024,
+            transaction: crate::transaction::CheckConfig::default(),
         }
     }
 }
@@ -371,6 +376,18 @@ impl BrokerConfig {
             ),
             ("nonPersistentTopics", self.non_persistent_topics.join(",")),
             (
+                "transactionTimeOut",
+                self.transaction.timeout_ms.to_string(),
+            ),
+            (
+                "transactionCheckInterval",
+                self.transaction.interval_ms.to_string(),
+            ),
+            (
+                "transactionCheckMax",
+                self.transaction.check_max.to_string(),
+            ),
+            (
                 "nonPersistentQueueBytes",
                 self.non_persistent_queue_bytes.to_string(),
             ),
@@ -502,6 +519,13 @@ impl BrokerConfig {
                 "popInflightMaxPerQueue" => {
                     self.pop_in_flight_max_per_queue = field.number(1, 10_000_000)?
                 }
+                "transactionTimeOut" => {
+                    self.transaction.timeout_ms = field.number(0, 30 * 86_400_000)?
+                }
+                "transactionCheckInterval" => {
+                    self.transaction.interval_ms = field.number(100, 86_400_000)?
+                }
+                "transactionCheckMax" => self.transaction.check_max = field.number(0, 10_000)?,
                 "popInflightMaxPerGroup" => {
                     self.pop_in_flight_max_per_group = field.number(1, 100_000_000)?
                 }
