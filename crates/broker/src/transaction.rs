@@ -25,7 +25,7 @@
 //! offset name only halves below it. At start the op queue is read from its offset to know
 //! which later halves are decided.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +55,9 @@ const PROGRESS_INTERVAL_MS: u64 = 1_000;
 const HALVES_PER_ROUND_MAX: usize = 10_000;
 const READ_MESSAGES_MAX: u32 = 64;
 const READ_BYTES_MAX: u32 = 4 * 1024 * 1024;
+/// Op offsets per entry of the op records' index: the op offset kept as progress is rounded
+/// down to a chunk, which costs reading at most this many more op records at start.
+const OP_CHUNK_RECORDS: u64 = 1_024;
 /// Committed copies looked at per half when searching for one.
 const COPIES_SEARCHED_MAX: usize = 32;
 
@@ -189,14 +192,16 @@ pub struct Transactions {
 struct Progress {
     /// Every half below this offset is decided, moved aside, or removed by retention.
     half_next: u64,
-    /// Decided halves at or above `half_next`.
-    decided: BTreeSet<u64>,
+    /// Decided halves at or above `half_next`, as ranges: a half left undecided holds
+    /// `half_next` back for up to `transactionCheckMax` rounds while the ones after it are
+    /// decided in order, and those stay a few ranges, not one entry each.
+    decided: OffsetRanges,
     /// Halves whose decision is being written -> the op queue's end when it began, at or below
     /// where its op record will land.
     deciding: HashMap<u64, u64>,
-    /// Op records that may name a half at or above `half_next`: op offset -> the highest half
-    /// offset it names.
-    op_records: BTreeMap<u64, u64>,
+    /// Op records that may name a half at or above `half_next`, by chunks of
+    /// `OP_CHUNK_RECORDS` op offsets: chunk -> the highest half offset its records name.
+    op_chunks: BTreeMap<u64, u64>,
     /// Op records below this name only halves below `half_next`.
     op_next: u64,
     /// Checks sent per undecided half.
@@ -217,26 +222,28 @@ impl Progress {
             highest = highest.max(Some(half));
         }
         if let Some(highest) = highest {
-            self.op_records.insert(op_offset, highest);
+            let chunk = self
+                .op_chunks
+                .entry(op_offset / OP_CHUNK_RECORDS)
+                .or_default();
+            *chunk = (*chunk).max(highest);
         }
     }
 
     /// Moves `half_next` past the decided halves at its front, and `op_next` past the op
     /// records that name only halves below it. `op_end` is the op queue's end now.
     fn advance(&mut self, op_end: u64) {
-        while self.decided.remove(&self.half_next) {
-            self.half_next += 1;
-        }
-        while let Some((_, &highest)) = self.op_records.first_key_value() {
+        self.half_next = self.decided.pass_from(self.half_next);
+        while let Some((_, &highest)) = self.op_chunks.first_key_value() {
             if highest >= self.half_next {
                 break;
             }
-            self.op_records.pop_first();
+            self.op_chunks.pop_first();
         }
         let mut op_next = self
-            .op_records
+            .op_chunks
             .first_key_value()
-            .map_or(op_end, |(&op, _)| op);
+            .map_or(op_end, |(&chunk, _)| chunk * OP_CHUNK_RECORDS);
         for &began in self.deciding.values() {
             op_next = op_next.min(began);
         }
@@ -244,7 +251,7 @@ impl Progress {
     }
 
     fn settled(&self, half: u64) -> bool {
-        half < self.half_next || self.decided.contains(&half) || self.deciding.contains_key(&half)
+        half < self.half_next || self.decided.contains(half) || self.deciding.contains_key(&half)
     }
 }
 
@@ -305,7 +312,7 @@ impl Transactions {
         tracing::info!(
             half_offset = progress.half_next,
             op_offset = progress.op_next,
-            decided_ahead = progress.decided.len(),
+            decided_ranges_ahead = progress.decided.ranges.len(),
             "transaction check progress loaded"
         );
         Transactions {
@@ -369,7 +376,7 @@ impl Transactions {
                     "undecided half messages removed by retention"
                 );
                 state.half_next = half_min;
-                state.decided = state.decided.split_off(&half_min);
+                state.decided.drop_below(half_min);
             }
             state.advance(op_end);
             let now = (state.half_next, state.op_next);
@@ -394,6 +401,62 @@ impl Transactions {
 
     fn checks_sent(&self, half_offset: u64) -> u32 {
         self.lock().checks.get(&half_offset).copied().unwrap_or(0)
+    }
+}
+
+/// A set of offsets kept as ranges: start -> end (exclusive), neither touching nor overlapping.
+#[derive(Debug, Default)]
+struct OffsetRanges {
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl OffsetRanges {
+    fn contains(&self, offset: u64) -> bool {
+        self.ranges
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(_, &end)| offset < end)
+    }
+
+    fn insert(&mut self, offset: u64) {
+        if self.contains(offset) {
+            return;
+        }
+        let mut start = offset;
+        let mut end = offset + 1;
+        if let Some((&before, &before_end)) = self.ranges.range(..offset).next_back() {
+            if before_end == offset {
+                start = before;
+                self.ranges.remove(&before);
+            }
+        }
+        if let Some(after_end) = self.ranges.remove(&end) {
+            end = after_end;
+        }
+        self.ranges.insert(start, end);
+    }
+
+    /// The first offset at or after `from` that is not in the set, forgetting the offsets
+    /// below it.
+    fn pass_from(&mut self, mut from: u64) -> u64 {
+        while let Some((&start, &end)) = self.ranges.first_key_value() {
+            if start > from {
+                break;
+            }
+            from = from.max(end);
+            self.ranges.pop_first();
+        }
+        from
+    }
+
+    fn drop_below(&mut self, min: u64) {
+        let kept = self.ranges.split_off(&min);
+        let cut = std::mem::replace(&mut self.ranges, kept);
+        if let Some((_, &end)) = cut.last_key_value() {
+            if end > min {
+                self.ranges.insert(min, end);
+            }
+        }
     }
 }
 
@@ -733,5 +796,42 @@ mod tests {
         progress.note_op(3, [2]);
         progress.advance(4);
         assert_eq!((progress.half_next, progress.op_next), (4, 4));
+    }
+
+    #[test]
+    fn op_progress_is_the_start_of_the_first_chunk_still_needed() {
+        let mut progress = Progress::default();
+        // Half 0 stays undecided while 1..=3000 are decided by op records 0..3000.
+        for half in 1..=3_000 {
+            progress.note_op(half - 1, [half]);
+        }
+        progress.advance(3_000);
+        assert_eq!((progress.half_next, progress.op_next), (0, 0));
+        assert_eq!(progress.decided.ranges.len(), 1);
+        progress.note_op(3_000, [0]);
+        progress.advance(3_001);
+        assert_eq!((progress.half_next, progress.op_next), (3_001, 3_001));
+        assert!(progress.op_chunks.is_empty());
+    }
+
+    #[test]
+    fn offset_ranges_merge_and_pass() {
+        let mut set = OffsetRanges::default();
+        for offset in [5, 3, 4, 9, 7, 8] {
+            set.insert(offset);
+        }
+        assert_eq!(set.ranges.len(), 2);
+        assert!(set.contains(3) && set.contains(5) && set.contains(9));
+        assert!(!set.contains(6) && !set.contains(2) && !set.contains(10));
+        assert_eq!(set.pass_from(2), 2);
+        assert_eq!(set.pass_from(3), 6);
+        set.insert(6);
+        assert_eq!(set.pass_from(6), 10);
+        assert!(set.ranges.is_empty());
+        for offset in [1, 2, 3, 7] {
+            set.insert(offset);
+        }
+        set.drop_below(2);
+        assert!(!set.contains(1) && set.contains(2) && set.contains(7));
     }
 }
