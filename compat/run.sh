@@ -31,6 +31,13 @@ done
 # Test messageDelayLevel: level 2 waits 2 s (the delay test), the retry levels 3, 4, ... 1 s.
 DELAY_LEVELS="1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
 
+# Transaction checks (TransactionTest): a half undecided for 5 s is checked, every second.
+TRANSACTION_CHECKS=$'transactionTimeOut=5000\ntransactionCheckInterval=1000'
+# RocketMQ also needs its op records written sooner than its next check: it batches them for up
+# to transactionOpBatchInterval (3 s), and a check round that runs before a commit's op record
+# is written asks the producer again, and commits a second copy (seen with the defaults here).
+REFERENCE_TRANSACTION_OPS='transactionOpBatchInterval=100'
+
 log() { echo "compat: $*" >&2; }
 
 # shellcheck source=ensure-tools.sh
@@ -100,8 +107,8 @@ start_quiver() {
     local binary="$ROOT/target/$PROFILE/quiver"
     # Registrations every 2 s: tests that change routes on the name server see one happen.
     # SQL92 subscriptions (SqlFilterTest) are off by default, as in RocketMQ.
-    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\nenablePropertyFilter=true\n' \
-        "$DELAY_LEVELS" >"$WORK/broker.conf"
+    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\nenablePropertyFilter=true\n%s\n' \
+        "$DELAY_LEVELS" "$TRANSACTION_CHECKS" >"$WORK/broker.conf"
     "$binary" up -c "$WORK/broker.conf" --data "$WORK/data" --namesrv-port 0 --broker-port 0 \
         >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
     PIDS+=("$!")
@@ -136,6 +143,8 @@ flushDiskType=ASYNC_FLUSH
 storePathRootDir=$WORK/store
 messageDelayLevel=$DELAY_LEVELS
 enablePropertyFilter=true
+$TRANSACTION_CHECKS
+$REFERENCE_TRANSACTION_OPS
 EOF
     local jvm=(java -Duser.home="$WORK/home" -Drocketmq.home.dir="$WORK/home"
         -Dlogback.configurationFile="$WORK/logback.xml" -Drmq.logback.configurationFile="$WORK/logback.xml"

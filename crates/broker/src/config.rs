@@ -90,6 +90,10 @@ pub struct BrokerConfig {
     /// `enablePropertyFilter`: SQL92 subscriptions are served; without it pulls and
     /// CHECK_CLIENT_CONFIG refuse them, as RocketMQ does (its default is off too).
     pub enable_property_filter: bool,
+    /// `transactionTimeOut`, `transactionCheckInterval`, `transactionCheckMax`: a half message
+    /// unresolved this long (ms) is checked with its producer, every interval (ms), at most
+    /// this many times; see `transaction.rs`.
+    pub transaction: crate::transaction::CheckConfig,
 }
 
 impl Default for BrokerConfig {
@@ -146,6 +150,7 @@ impl Default for BrokerConfig {
             non_persistent_queue_bytes: 16 * 1024 * 1024,
             non_persistent_bytes_max: 256 * 1024 * 1024,
             enable_property_filter: false,
+            transaction: crate::transaction::CheckConfig::default(),
         }
     }
 }
@@ -383,6 +388,18 @@ impl BrokerConfig {
             ),
             ("nonPersistentTopics", self.non_persistent_topics.join(",")),
             (
+                "transactionTimeOut",
+                self.transaction.timeout_ms.to_string(),
+            ),
+            (
+                "transactionCheckInterval",
+                self.transaction.interval_ms.to_string(),
+            ),
+            (
+                "transactionCheckMax",
+                self.transaction.check_max.to_string(),
+            ),
+            (
                 "nonPersistentQueueBytes",
                 self.non_persistent_queue_bytes.to_string(),
             ),
@@ -521,6 +538,13 @@ impl BrokerConfig {
                 "popInflightMaxPerQueue" => {
                     self.pop_in_flight_max_per_queue = field.number(1, 10_000_000)?
                 }
+                "transactionTimeOut" => {
+                    self.transaction.timeout_ms = field.number(0, 30 * 86_400_000)?
+                }
+                "transactionCheckInterval" => {
+                    self.transaction.interval_ms = field.number(100, 86_400_000)?
+                }
+                "transactionCheckMax" => self.transaction.check_max = field.number(0, 10_000)?,
                 "popInflightMaxPerGroup" => {
                     self.pop_in_flight_max_per_group = field.number(1, 100_000_000)?
                 }

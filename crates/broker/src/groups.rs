@@ -25,7 +25,7 @@ const SYSTEM_GROUPS: [(&str, bool); 8] = [
     ("CID_ONSAPI_PULL", true),
     ("CID_ONSAPI_PERMISSION", true),
     ("CID_ONSAPI_OWNER", true),
-    ("CID_SYS_RMQ_TRANS", true),
+    ("CID_RMQ_SYS_TRANS", true),
 ];
 
 /// RocketMQ creates groups with this prefix even with autoCreateSubscriptionGroup off
@@ -238,7 +238,7 @@ mod tests {
         assert!(groups.get("TOOLS_CONSUMER").is_some());
         assert!(
             groups
-                .get("CID_SYS_RMQ_TRANS")
+                .get("CID_RMQ_SYS_TRANS")
                 .unwrap()
                 .consume_broadcast_enable
         );

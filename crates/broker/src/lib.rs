@@ -33,6 +33,7 @@ pub mod state;
 mod stored;
 pub mod timer;
 pub mod topic;
+pub mod transaction;
 
 pub use config::{BrokerConfig, BrokerRole, ConfigError, UnknownKey};
 pub use start::{start, RunningBroker, StartError};

@@ -136,6 +136,10 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
                 broker.clone(),
                 stop.subscribe(),
             )));
+            tasks.push(tokio::spawn(crate::transaction::run(
+                broker.clone(),
+                stop.subscribe(),
+            )));
             if broker.config.timer_wheel_enable {
                 tasks.push(tokio::spawn(crate::timer::run(
                     broker.clone(),
@@ -208,6 +212,12 @@ impl RunningBroker {
         }
         let mut links = registration::namesrv_links(&self.broker);
         registration::unregister_everywhere(&self.broker, &mut links).await;
+        if !self.broker.replication.is_slave() {
+            let broker = &self.broker;
+            broker
+                .transactions
+                .commit_progress(&broker.store, &broker.offsets);
+        }
         if let Err(error) = self.broker.offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist consumer offsets");
         }

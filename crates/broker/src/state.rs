@@ -24,6 +24,7 @@ use crate::memory::MemoryQueues;
 use crate::offsets::ConsumerOffsets;
 use crate::pop::PopState;
 use crate::topic::{TopicError, TopicTable};
+use crate::transaction::Transactions;
 
 /// Parked pulls at once; each holds a small task and a 15 s timer.
 const PARKED_PULLS_MAX: usize = 100_000;
@@ -159,6 +160,8 @@ pub struct Broker {
     pub memory: MemoryQueues,
     /// Pop consumption: modes, cursors and messages in flight.
     pub pop: PopState,
+    /// Half messages' decisions and the transaction check's progress.
+    pub transactions: Transactions,
     /// The address written into records and message ids: reachable `brokerIP1:port`.
     pub store_host: SocketAddr,
     /// Where slaves reach this broker's HA port (registered as `haServerAddr`).
@@ -209,6 +212,7 @@ pub struct Persisted {
     pub delay_offsets: DelayOffsets,
     pub memory: MemoryQueues,
     pub pop: PopState,
+    pub transactions: Transactions,
 }
 
 impl Persisted {
@@ -253,6 +257,14 @@ impl Persisted {
             1,
             crate::topic::PERM_READ | crate::topic::PERM_WRITE,
         ))?;
+        // RocketMQ creates both at start, one queue each.
+        for topic in [crate::transaction::HALF_TOPIC, crate::transaction::OP_TOPIC] {
+            topics.create_if_absent(crate::topic::topic_config(
+                topic,
+                1,
+                crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+            ))?;
+        }
         adopt_stored_topics(&store, &topics);
         mark_non_persistent_topics(config, &topics)?;
         let memory = MemoryQueues::open(
@@ -270,6 +282,7 @@ impl Persisted {
             },
         )
         .map_err(StateError::Pop)?;
+        let transactions = Transactions::open(&store, &offsets);
         let persisted = Persisted {
             store,
             topics,
@@ -278,6 +291,7 @@ impl Persisted {
             delay_offsets,
             memory,
             pop,
+            transactions,
         };
         Ok((persisted, recovery))
     }
@@ -366,6 +380,7 @@ impl Broker {
             delay_offsets,
             memory,
             pop,
+            transactions,
         } = persisted;
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
         let replication = Arc::new(Replication::new(&config));
@@ -390,6 +405,7 @@ impl Broker {
             delay_offsets,
             memory,
             pop,
+            transactions,
             store_host,
             ha_host,
             replication,

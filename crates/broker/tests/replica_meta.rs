@@ -227,7 +227,7 @@ async fn the_subscription_group_answer_is_the_group_table() {
     );
     assert!(wrapper
         .subscription_group_table
-        .contains_key("CID_SYS_RMQ_TRANS"));
+        .contains_key("CID_RMQ_SYS_TRANS"));
     assert!(wrapper.forbidden_table.is_empty());
 }
 

@@ -56,17 +56,26 @@ async fn a_send_is_work_for_the_store_not_an_answer() {
 }
 
 #[tokio::test]
-async fn sends_to_system_topics_and_transaction_halves_are_refused() {
+async fn sends_to_system_topics_are_refused_and_transaction_halves_kept_aside() {
     let h = Harness::new();
-    let refused = h.send("SCHEDULE_TOPIC_XXXX", b"x", &options()).await;
-    assert_eq!(refused.code, response_code::NO_PERMISSION);
+    for topic in ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"] {
+        let refused = h.send(topic, b"x", &options()).await;
+        assert_eq!(refused.code, response_code::NO_PERMISSION, "{topic}");
+    }
     let half = SendOptions {
         properties: vec![("TRAN_MSG".into(), "true".into())],
         ..options()
     };
-    let refused = h.send("Orders", b"x", &half).await;
-    assert_eq!(refused.code, response_code::NO_PERMISSION);
-    assert!(refused.remark.unwrap().contains("transaction"));
+    let stored = h.send("Orders", b"x", &half).await;
+    assert_eq!(stored.code, response_code::SUCCESS);
+    assert_eq!(h.broker.store.bounds("Orders", 0).max_offset, 0);
+    assert_eq!(
+        h.broker
+            .store
+            .bounds("RMQ_SYS_TRANS_HALF_TOPIC", 0)
+            .max_offset,
+        1
+    );
 }
 
 #[tokio::test]

@@ -33,6 +33,8 @@ pub mod property {
     pub const TRAN_MSG: &str = "TRAN_MSG";
     pub const PRODUCER_GROUP: &str = "PGROUP";
     pub const TRANSACTION_ID: &str = "__transactionId__";
+    /// Seconds a producer asks the broker to wait before checking a half message.
+    pub const CHECK_IMMUNITY_TIME_IN_SECONDS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
     pub const MIN_OFFSET: &str = "MIN_OFFSET";
     pub const MAX_OFFSET: &str = "MAX_OFFSET";
     pub const MSG_REGION: &str = "MSG_REGION";

@@ -220,6 +220,8 @@ pub mod response_code {
     pub const POLLING_FULL: i32 = 209;
     pub const POLLING_TIMEOUT: i32 = 210;
     pub const FLOW_CONTROL: i32 = 215;
+    /// A producer's own END_TRANSACTION after its half's check immunity time.
+    pub const ILLEGAL_OPERATION: i32 = 604;
     pub const GO_AWAY: i32 = 1500;
 }
 

@@ -32,6 +32,7 @@ mod replica;
 mod retry;
 mod send;
 mod stats;
+mod transaction;
 
 /// What a handler may touch, and the time the request is handled at.
 pub struct Call<'a> {
@@ -120,6 +121,7 @@ fn handler_for(code: i32) -> Option<Handler> {
     use request_code::*;
     Some(match code {
         SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => send::send,
+        END_TRANSACTION => transaction::end_transaction,
         PULL_MESSAGE | LITE_PULL_MESSAGE => pull::pull,
         CONSUMER_SEND_MSG_BACK => retry::send_back,
         HEART_BEAT => client::heartbeat,

@@ -20,7 +20,7 @@ use crate::topic::{
     topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
     PERM_INHERIT, RETRY_PREFIX,
 };
-use crate::{delay, stored, timer};
+use crate::{delay, stored, timer, transaction};
 
 /// The answer to a batch lists every message's id (up to 56 characters and a comma each) in
 /// one header, and a frame holds 16 MiB: past this many entries the batch is refused before it
@@ -105,15 +105,21 @@ fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
     }
     let shape = topic_shape(broker, &header, dead_lettered)?;
     topic_writable(&header.topic, shape.perm)?;
-    // Half messages need END_TRANSACTION and the broker's check-back, which this broker does
-    // not have: stored as plain messages they would be delivered even when rolled back. It
-    // answers as a RocketMQ broker with rejectTransactionMessage=true does.
-    if is_transaction_half(&header.properties, header.reconsume_times) {
+    // A transaction's half message is stored in the half topic, out of consumers' sight, until
+    // END_TRANSACTION or the check decides it (`transaction.rs`).
+    let half = is_transaction_half(&header.properties, header.reconsume_times);
+    if half && batch {
+        return Err(Refusal::new(
+            response_code::MESSAGE_ILLEGAL,
+            "batch messages cannot be transactional",
+        ));
+    }
+    if half && shape.memory {
         let remark = format!(
-            "the broker[{}] sending transaction message is forbidden",
-            broker.config.broker_name
+            "topic[{}] is non-persistent: transactional messages need a persistent topic",
+            header.topic
         );
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
     }
     let queue_id = if header.queue_id < 0 {
         broker.pick_queue(shape.write_queues)
@@ -133,6 +139,7 @@ fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
         queue_id,
         born_host: call.connection.peer,
         now_ms: call.now_ms,
+        half,
     };
     let mut records = Vec::new();
     let mut first_uniq_key = None;
@@ -276,6 +283,8 @@ struct RecordBuilder<'a> {
     queue_id: i32,
     born_host: std::net::SocketAddr,
     now_ms: i64,
+    /// A transaction's half message: stored in the half topic, neither delayed nor timed.
+    half: bool,
 }
 
 impl RecordBuilder<'_> {
@@ -317,13 +326,18 @@ impl RecordBuilder<'_> {
         };
         // A delayed message waits in its level's schedule queue; its tag code is the due time.
         let levels = &self.broker.config.delay_levels_ms;
-        let tags = match delay::level_of(found.delay, levels) {
-            Some(level) => delay::schedule(&mut message, level, levels),
-            None => match self.timer_due(&message.properties)? {
-                // A timer message waits in the timer queue; its tag code is the due time.
-                Some(due) => timer::schedule(&mut message, due),
-                None => tags,
-            },
+        let tags = if self.half {
+            transaction::to_half(&mut message);
+            tags
+        } else {
+            match delay::level_of(found.delay, levels) {
+                Some(level) => delay::schedule(&mut message, level, levels),
+                None => match self.timer_due(&message.properties)? {
+                    // A timer message waits in the timer queue; its tag code is the due time.
+                    Some(due) => timer::schedule(&mut message, due),
+                    None => tags,
+                },
+            }
         };
         let record = stored::record_with(&message, tags, keys)
             .map_err(|e| Refusal::new(response_code::MESSAGE_ILLEGAL, e))?;

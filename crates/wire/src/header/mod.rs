@@ -12,6 +12,7 @@ mod offset;
 mod pop;
 mod pull;
 mod send;
+mod transaction;
 
 pub use admin::*;
 pub use consumer::*;
@@ -20,6 +21,7 @@ pub use offset::*;
 pub use pop::*;
 pub use pull::*;
 pub use send::*;
+pub use transaction::*;
 
 use crate::frame::{Command, ExtFields};
 

@@ -1,0 +1,837 @@
+//! Transactional messages, kept as RocketMQ keeps them. A half message (TRAN_MSG=true) is
+//! stored in `RMQ_SYS_TRANS_HALF_TOPIC` queue 0 with its real topic and queue in REAL_TOPIC /
+//! REAL_QID, where no consumer subscribes. END_TRANSACTION (`handler/transaction.rs`) commits
+//! it, writing a copy to its real topic, or rolls it back; either way the decision is an op
+//! record in `RMQ_SYS_TRANS_OP_HALF_TOPIC` (tag `d`, body the half's queue offset and a comma,
+//! the format RocketMQ 5.5.0's batched op records use). A half left undecided past
+//! `transactionTimeOut` is checked: the broker asks one of its producer group's connections
+//! (CHECK_TRANSACTION_STATE) every `transactionCheckInterval`, at most `transactionCheckMax`
+//! times, then moves it to `TRANS_CHECK_MAX_TIME_TOPIC`, as RocketMQ does.
+//!
+//! Exactly once across crashes. A commit writes the real message and its op record in one
+//! append, the real message first: a crash keeps a prefix of a group, so it may lose the op
+//! record and keep the message, never the reverse. The check therefore looks, before asking a
+//! producer about a half, for a committed copy (found by UNIQ_KEY in the real topic, with the
+//! half's position as its prepared-transaction offset) and, finding one, writes only the op
+//! record. While running, a half is decided once: `Transactions::claim` refuses a second
+//! decision for the same half, whether it comes from the producer's own END_TRANSACTION, the
+//! answer to a check, or the check itself.
+//!
+//! Unlike RocketMQ, the check does not write a half again each time it asks (RocketMQ counts
+//! checks in those copies): the broker keeps one copy per half, so no two copies of one
+//! transaction can both be committed. Check counts are kept in memory; a restart counts anew.
+//! Progress is kept as RocketMQ keeps it, as consumer offsets of `CID_RMQ_SYS_TRANS` on the half
+//! and op queues: halves below the half offset are all decided, and op records below the op
+//! offset name only halves below it. At start the op queue is read from its offset to know
+//! which later halves are decided.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quiver_store::{ReadStatus, Record, Store};
+use quiver_wire::code::request_code;
+use quiver_wire::header::CheckTransactionStateRequestHeader;
+use quiver_wire::message::{property, sys_flag, StoredMessage};
+use quiver_wire::{Command, Encoding};
+use tokio::sync::watch;
+
+use crate::clock::now_ms;
+use crate::offsets::ConsumerOffsets;
+use crate::state::Broker;
+use crate::stored;
+use crate::topic::{topic_config, PERM_READ, PERM_WRITE};
+
+pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
+pub const OP_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
+pub const CHECK_MAX_TOPIC: &str = "TRANS_CHECK_MAX_TIME_TOPIC";
+/// The group whose offsets on the half and op queues hold the check's progress.
+pub const SYSTEM_GROUP: &str = "CID_RMQ_SYS_TRANS";
+/// The tag of an op record.
+const REMOVE_TAG: &str = "d";
+/// How often the progress is put in the offset table (which is persisted every 5 s).
+const PROGRESS_INTERVAL_MS: u64 = 1_000;
+/// Undecided halves one check round reads at most; the rest wait for the next round.
+const HALVES_PER_ROUND_MAX: usize = 10_000;
+const READ_MESSAGES_MAX: u32 = 64;
+const READ_BYTES_MAX: u32 = 4 * 1024 * 1024;
+/// Op offsets per entry of the op records' index: the op offset kept as progress is rounded
+/// down to a chunk, which costs reading at most this many more op records at start.
+const OP_CHUNK_RECORDS: u64 = 1_024;
+/// Committed copies looked at per half when searching for one.
+const COPIES_SEARCHED_MAX: usize = 32;
+
+/// RocketMQ's BrokerConfig defaults.
+pub const TIMEOUT_MS_DEFAULT: u64 = 6_000;
+pub const CHECK_INTERVAL_MS_DEFAULT: u64 = 30_000;
+pub const CHECK_MAX_DEFAULT: u32 = 15;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckConfig {
+    /// `transactionTimeOut`: a half younger than this (by born time) is not checked.
+    pub timeout_ms: u64,
+    /// `transactionCheckInterval`: time between check rounds.
+    pub interval_ms: u64,
+    /// `transactionCheckMax`: checks per half before it is moved aside.
+    pub check_max: u32,
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        CheckConfig {
+            timeout_ms: TIMEOUT_MS_DEFAULT,
+            interval_ms: CHECK_INTERVAL_MS_DEFAULT,
+            check_max: CHECK_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Turns a message sent with TRAN_MSG=true into its half form, as RocketMQ's
+/// `parseHalfMessageInner` does: `__transactionId__` set to its UNIQ_KEY, the real topic and
+/// queue in properties, the transaction bits cleared, topic and queue the half queue.
+pub fn to_half(message: &mut StoredMessage) {
+    let mut properties = message.properties.clone();
+    if let Some(uniq) = message
+        .property(property::UNIQ_KEY)
+        .filter(|u| !u.is_empty())
+    {
+        properties = stored::with_property(&properties, property::TRANSACTION_ID, &uniq);
+    }
+    properties = stored::with_property(&properties, property::REAL_TOPIC, &message.topic);
+    properties = stored::with_property(
+        &properties,
+        property::REAL_QID,
+        &message.queue_id.to_string(),
+    );
+    message.properties = properties;
+    message.sys_flag &= !sys_flag::TRANSACTION_MASK;
+    message.topic = HALF_TOPIC.to_string();
+    message.queue_id = 0;
+}
+
+/// The half's real topic and queue, or why it has none.
+fn real_queue(half: &StoredMessage) -> Result<(String, i32), String> {
+    let topic = half
+        .property(property::REAL_TOPIC)
+        .filter(|t| !t.is_empty())
+        .ok_or("the half message has no REAL_TOPIC")?;
+    let queue_id = half
+        .property(property::REAL_QID)
+        .and_then(|q| q.parse::<i32>().ok())
+        .filter(|q| *q >= 0)
+        .ok_or("the half message has no valid REAL_QID")?;
+    Ok((topic, queue_id))
+}
+
+/// The committed copy of `half` for its real topic, as RocketMQ's `endMessageTransaction`
+/// builds it: the half-only properties (REAL_TOPIC, REAL_QID, TRAN_MSG) removed, the commit
+/// bits set, and the half's position as its prepared-transaction offset, which is how the check
+/// recognises a copy whose op record a crash lost.
+pub fn committed_record(
+    half: &StoredMessage,
+    store_host: std::net::SocketAddr,
+    now_ms: i64,
+) -> Result<Record, String> {
+    let (topic, queue_id) = real_queue(half)?;
+    let mut message = half.clone();
+    let mut properties = stored::without_property(&message.properties, property::REAL_TOPIC);
+    properties = stored::without_property(&properties, property::REAL_QID);
+    properties = stored::without_property(&properties, property::TRAN_MSG);
+    message.properties = properties;
+    message.topic = topic;
+    message.queue_id = queue_id;
+    message.sys_flag = (half.sys_flag & !sys_flag::TRANSACTION_MASK) | sys_flag::TRANSACTION_COMMIT;
+    message.prepared_transaction_offset = half.physical_offset;
+    message.store_timestamp = now_ms;
+    message.store_host = store_host;
+    stored::record_of(&message)
+}
+
+/// The op record that marks the half at `half_offset` decided.
+pub fn op_record(broker: &Broker, half_offset: u64, now_ms: i64) -> Result<Record, String> {
+    let mut properties = String::new();
+    for (name, value) in [
+        (property::TAGS, REMOVE_TAG.to_string()),
+        (property::WAIT, "true".to_string()),
+        (property::UNIQ_KEY, broker.new_uniq_id(now_ms)),
+    ] {
+        properties = stored::with_property(&properties, name, &value);
+    }
+    let message = StoredMessage {
+        queue_id: 0,
+        flag: 0,
+        queue_offset: 0,
+        physical_offset: 0,
+        sys_flag: 0,
+        born_timestamp: now_ms,
+        born_host: broker.store_host,
+        store_timestamp: now_ms,
+        store_host: broker.store_host,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+        body: format!("{half_offset},").into_bytes().into(),
+        topic: OP_TOPIC.to_string(),
+        properties,
+    };
+    stored::record_of(&message)
+}
+
+/// The half offsets an op record names: its body split at commas (RocketMQ batches several,
+/// each followed by a comma). Words that are not offsets are skipped, as RocketMQ skips them.
+fn op_offsets(body: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    body.split(|b| *b == b',')
+        .filter_map(|word| std::str::from_utf8(word).ok()?.trim().parse().ok())
+}
+
+/// What the broker knows of half messages' decisions, and the check's progress.
+pub struct Transactions {
+    state: Mutex<Progress>,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    /// Every half below this offset is decided, moved aside, or removed by retention.
+    half_next: u64,
+    /// Decided halves at or above `half_next`, as ranges: a half left undecided holds
+    /// `half_next` back for up to `transactionCheckMax` rounds while the ones after it are
+    /// decided in order, and those stay a few ranges, not one entry each.
+    decided: OffsetRanges,
+    /// Halves whose decision is being written -> the op queue's end when it began, at or below
+    /// where its op record will land.
+    deciding: HashMap<u64, u64>,
+    /// Op records that may name a half at or above `half_next`, by chunks of
+    /// `OP_CHUNK_RECORDS` op offsets: chunk -> the highest half offset its records name.
+    op_chunks: BTreeMap<u64, u64>,
+    /// Op records below this name only halves below `half_next`.
+    op_next: u64,
+    /// Checks sent per undecided half.
+    checks: HashMap<u64, u32>,
+    /// (half, op) offsets last put in the offset table, or loaded at start: RocketMQ writes
+    /// the group's offsets only when they move, so a broker without transactions has none.
+    committed: (u64, u64),
+}
+
+impl Progress {
+    fn note_op(&mut self, op_offset: u64, halves: impl IntoIterator<Item = u64>) {
+        let mut highest = None;
+        for half in halves {
+            if half >= self.half_next {
+                self.decided.insert(half);
+                self.checks.remove(&half);
+            }
+            highest = highest.max(Some(half));
+        }
+        if let Some(highest) = highest {
+            let chunk = self
+                .op_chunks
+                .entry(op_offset / OP_CHUNK_RECORDS)
+                .or_default();
+            *chunk = (*chunk).max(highest);
+        }
+    }
+
+    /// Moves `half_next` past the decided halves at its front, and `op_next` past the op
+    /// records that name only halves below it. `op_end` is the op queue's end now.
+    fn advance(&mut self, op_end: u64) {
+        self.half_next = self.decided.pass_from(self.half_next);
+        while let Some((_, &highest)) = self.op_chunks.first_key_value() {
+            if highest >= self.half_next {
+                break;
+            }
+            self.op_chunks.pop_first();
+        }
+        let mut op_next = self
+            .op_chunks
+            .first_key_value()
+            .map_or(op_end, |(&chunk, _)| chunk * OP_CHUNK_RECORDS);
+        for &began in self.deciding.values() {
+            op_next = op_next.min(began);
+        }
+        self.op_next = self.op_next.max(op_next);
+    }
+
+    fn settled(&self, half: u64) -> bool {
+        half < self.half_next || self.decided.contains(half) || self.deciding.contains_key(&half)
+    }
+}
+
+impl Transactions {
+    /// The progress kept in `offsets`, and the decisions the op queue holds past it.
+    /// Blocking: reads the op queue from the op offset.
+    pub fn open(store: &Store, offsets: &ConsumerOffsets) -> Transactions {
+        let half = store.bounds(HALF_TOPIC, 0);
+        let op = store.bounds(OP_TOPIC, 0);
+        let kept = |topic| {
+            offsets
+                .get(topic, SYSTEM_GROUP, 0)
+                .filter(|o| *o >= 0)
+                .map(|o| o as u64)
+        };
+        let mut progress = Progress {
+            half_next: kept(HALF_TOPIC)
+                .unwrap_or(half.min_offset)
+                .clamp(half.min_offset, half.max_offset.max(half.min_offset)),
+            op_next: kept(OP_TOPIC)
+                .unwrap_or(op.min_offset)
+                .clamp(op.min_offset, op.max_offset.max(op.min_offset)),
+            ..Progress::default()
+        };
+        let mut offset = progress.op_next;
+        while offset < op.max_offset {
+            let read = match store.read(
+                OP_TOPIC,
+                0,
+                offset,
+                READ_MESSAGES_MAX,
+                READ_BYTES_MAX,
+                &|_| true,
+            ) {
+                Ok(read) => read,
+                Err(error) => {
+                    tracing::error!(offset, %error, "cannot read transaction op records; their halves will be checked again");
+                    break;
+                }
+            };
+            if read.status != ReadStatus::Found {
+                if read.next_offset <= offset {
+                    break;
+                }
+                offset = read.next_offset;
+                continue;
+            }
+            for message in decode_all(&read.bytes) {
+                if message.property(property::TAGS).as_deref() == Some(REMOVE_TAG) {
+                    let op_offset = message.queue_offset as u64;
+                    progress.note_op(op_offset, op_offsets(&message.body));
+                }
+            }
+            offset = read.next_offset.max(offset + 1);
+        }
+        progress.committed = (progress.half_next, progress.op_next);
+        progress.advance(op.max_offset);
+        tracing::info!(
+            half_offset = progress.half_next,
+            op_offset = progress.op_next,
+            decided_ranges_ahead = progress.decided.ranges.len(),
+            "transaction check progress loaded"
+        );
+        Transactions {
+            state: Mutex::new(progress),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.state.lock().expect("transaction state lock poisoned")
+    }
+
+    /// Takes the right to decide the half at `half_offset`: false when it is decided already or
+    /// being decided. `op_end` is the op queue's end now. A claim ends with `decided` or
+    /// `abandoned`.
+    pub fn claim(&self, half_offset: u64, op_end: u64) -> bool {
+        let mut state = self.lock();
+        if state.settled(half_offset) {
+            return false;
+        }
+        state.deciding.insert(half_offset, op_end);
+        true
+    }
+
+    /// The decision on a claimed half is stored, with its op record at `op_offset`.
+    pub fn decided(&self, half_offset: u64, op_offset: u64, op_end: u64) {
+        let mut state = self.lock();
+        state.deciding.remove(&half_offset);
+        state.note_op(op_offset, [half_offset]);
+        state.advance(op_end);
+    }
+
+    /// The decision on a claimed half could not be stored: it may be decided again.
+    pub fn abandoned(&self, half_offset: u64) {
+        self.lock().deciding.remove(&half_offset);
+    }
+
+    /// Whether the half at `half_offset` is decided, or being decided.
+    pub fn is_settled(&self, half_offset: u64) -> bool {
+        self.lock().settled(half_offset)
+    }
+
+    /// The check's progress: (half offset, op offset).
+    pub fn progress(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.half_next, state.op_next)
+    }
+
+    /// Puts the progress in the offset table (persisted with it). The half offset goes first:
+    /// a snapshot taken between the two then holds an op offset that is lower than the half
+    /// offset needs, which only costs reading a few more op records at start.
+    pub fn commit_progress(&self, store: &Store, offsets: &ConsumerOffsets) {
+        let half_min = store.bounds(HALF_TOPIC, 0).min_offset;
+        let op_end = store.bounds(OP_TOPIC, 0).max_offset;
+        let (half_next, op_next) = {
+            let mut state = self.lock();
+            if state.half_next < half_min {
+                // Retention removed halves nobody decided: nothing is left to check of them.
+                tracing::warn!(
+                    from = state.half_next,
+                    to = half_min,
+                    "undecided half messages removed by retention"
+                );
+                state.half_next = half_min;
+                state.decided.drop_below(half_min);
+            }
+            state.advance(op_end);
+            let now = (state.half_next, state.op_next);
+            if now == state.committed {
+                return;
+            }
+            state.committed = now;
+            now
+        };
+        offsets.commit(HALF_TOPIC, SYSTEM_GROUP, 0, half_next as i64);
+        offsets.commit(OP_TOPIC, SYSTEM_GROUP, 0, op_next as i64);
+    }
+
+    /// Counts a check sent for the half; returns how many were sent before it.
+    fn count_check(&self, half_offset: u64) -> u32 {
+        let mut state = self.lock();
+        let times = state.checks.entry(half_offset).or_default();
+        let before = *times;
+        *times += 1;
+        before
+    }
+
+    fn checks_sent(&self, half_offset: u64) -> u32 {
+        self.lock().checks.get(&half_offset).copied().unwrap_or(0)
+    }
+}
+
+/// A set of offsets kept as ranges: start -> end (exclusive), neither touching nor overlapping.
+#[derive(Debug, Default)]
+struct OffsetRanges {
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl OffsetRanges {
+    fn contains(&self, offset: u64) -> bool {
+        self.ranges
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(_, &end)| offset < end)
+    }
+
+    fn insert(&mut self, offset: u64) {
+        if self.contains(offset) {
+            return;
+        }
+        let mut start = offset;
+        let mut end = offset + 1;
+        if let Some((&before, &before_end)) = self.ranges.range(..offset).next_back() {
+            if before_end == offset {
+                start = before;
+                self.ranges.remove(&before);
+            }
+        }
+        if let Some(after_end) = self.ranges.remove(&end) {
+            end = after_end;
+        }
+        self.ranges.insert(start, end);
+    }
+
+    /// The first offset at or after `from` that is not in the set, forgetting the offsets
+    /// below it.
+    fn pass_from(&mut self, mut from: u64) -> u64 {
+        while let Some((&start, &end)) = self.ranges.first_key_value() {
+            if start > from {
+                break;
+            }
+            from = from.max(end);
+            self.ranges.pop_first();
+        }
+        from
+    }
+
+    fn drop_below(&mut self, min: u64) {
+        let kept = self.ranges.split_off(&min);
+        let cut = std::mem::replace(&mut self.ranges, kept);
+        if let Some((_, &end)) = cut.last_key_value() {
+            if end > min {
+                self.ranges.insert(min, end);
+            }
+        }
+    }
+}
+
+fn decode_all(bytes: &[u8]) -> Vec<StoredMessage> {
+    let mut messages = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match StoredMessage::decode(rest, false) {
+            Ok((message, size)) => {
+                messages.push(message);
+                rest = &rest[size..];
+            }
+            Err(error) => {
+                tracing::error!(%error, "undecodable record in a transaction queue skipped");
+                break;
+            }
+        }
+    }
+    messages
+}
+
+/// The check task: a round every `transactionCheckInterval`, and the progress put in the
+/// offset table every second.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let config = broker.config.transaction;
+    let mut progress = tokio::time::interval(Duration::from_millis(PROGRESS_INTERVAL_MS));
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut round = tokio::time::interval(Duration::from_millis(config.interval_ms));
+    round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick of an interval is at once; a round just after start would find little.
+    round.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = progress.tick() => {}
+            _ = round.tick() => {
+                let report = check_round(&broker, now_ms()).await;
+                if report != CheckReport::default() {
+                    tracing::info!(?report, "transaction check round");
+                }
+            }
+        }
+        broker
+            .transactions
+            .commit_progress(&broker.store, &broker.offsets);
+    }
+    broker
+        .transactions
+        .commit_progress(&broker.store, &broker.offsets);
+}
+
+/// What one check round did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// CHECK_TRANSACTION_STATE requests sent.
+    pub checked: usize,
+    /// Halves due a check whose producer group has no connection (counted as checked).
+    pub no_producer: usize,
+    /// Halves found committed before a crash lost their op record; decided now.
+    pub found_committed: usize,
+    /// Halves moved to TRANS_CHECK_MAX_TIME_TOPIC after `transactionCheckMax` checks.
+    pub discarded: usize,
+}
+
+/// One check round at `now_ms`: every undecided half older than its immunity is checked with
+/// its producer, found committed, or moved aside.
+pub async fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
+    let transactions = &broker.transactions;
+    transactions.commit_progress(&broker.store, &broker.offsets);
+    let mut report = CheckReport::default();
+    let end = broker.store.bounds(HALF_TOPIC, 0).max_offset;
+    let (mut offset, _) = transactions.progress();
+    let mut looked_at = 0;
+    'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
+        let read = match broker.store.read(
+            HALF_TOPIC,
+            0,
+            offset,
+            READ_MESSAGES_MAX,
+            READ_BYTES_MAX,
+            &|_| true,
+        ) {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::warn!(offset, %error, "cannot read half messages; the check tries again next round");
+                break;
+            }
+        };
+        if read.status != ReadStatus::Found {
+            if read.next_offset <= offset {
+                break;
+            }
+            offset = read.next_offset;
+            continue;
+        }
+        for half in decode_all(&read.bytes) {
+            let half_offset = half.queue_offset as u64;
+            if transactions.is_settled(half_offset) {
+                continue;
+            }
+            looked_at += 1;
+            match due(&half, &broker.config.transaction, now_ms) {
+                Due::Later => continue,
+                // Halves are stored in born order, give or take the producers' clocks: the
+                // ones after a young one are young too.
+                Due::NotYet => break 'scan,
+                Due::Now => {}
+            }
+            resolve(broker, half, now_ms, &mut report).await;
+        }
+        offset = read.next_offset.max(offset + 1);
+    }
+    transactions.commit_progress(&broker.store, &broker.offsets);
+    report
+}
+
+enum Due {
+    Now,
+    /// Too young, and so are the halves after it.
+    NotYet,
+    /// Its producer asked for a longer wait (CHECK_IMMUNITY_TIME_IN_SECONDS): skip it only.
+    Later,
+}
+
+/// Whether a half is due a check, by RocketMQ's rule: its age since born is past
+/// `transactionTimeOut`, or past the immunity time it carries when that is longer. A born time
+/// ahead of the broker's clock counts as due, as in RocketMQ.
+fn due(half: &StoredMessage, config: &CheckConfig, now_ms: i64) -> Due {
+    let age_ms = now_ms - half.born_timestamp;
+    let timeout_ms = config.timeout_ms as i64;
+    match half.property(property::CHECK_IMMUNITY_TIME_IN_SECONDS) {
+        Some(seconds) => {
+            let immunity_ms = seconds
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .map_or(timeout_ms, |s| s.saturating_mul(1_000).max(timeout_ms));
+            if (0..=immunity_ms).contains(&age_ms) {
+                Due::Later
+            } else {
+                Due::Now
+            }
+        }
+        None if (0..=timeout_ms).contains(&age_ms) => Due::NotYet,
+        None => Due::Now,
+    }
+}
+
+/// Decides or checks one half that is due.
+async fn resolve(broker: &Broker, half: StoredMessage, now_ms: i64, report: &mut CheckReport) {
+    let half_offset = half.queue_offset as u64;
+    if has_committed_copy(broker, &half) {
+        tracing::warn!(
+            half_offset,
+            "half message committed before a crash lost its op record; recording the decision"
+        );
+        if write_decision(broker, &half, Vec::new(), now_ms).await {
+            report.found_committed += 1;
+        }
+        return;
+    }
+    if broker.transactions.checks_sent(half_offset) >= broker.config.transaction.check_max {
+        match discarded_record(broker, &half) {
+            Ok(record) => {
+                tracing::warn!(
+                    half_offset,
+                    uniq_key = half.property(property::UNIQ_KEY).unwrap_or_default(),
+                    "half message checked {} times without a decision: moved to {CHECK_MAX_TOPIC}",
+                    broker.config.transaction.check_max
+                );
+                if write_decision(broker, &half, vec![record], now_ms).await {
+                    report.discarded += 1;
+                }
+            }
+            Err(error) => tracing::error!(half_offset, %error, "cannot move a half message aside"),
+        }
+        return;
+    }
+    broker.transactions.count_check(half_offset);
+    if send_check(broker, &half) {
+        report.checked += 1;
+    } else {
+        report.no_producer += 1;
+    }
+}
+
+/// Writes `records` and then the op record for `half`, as one append, if nothing else decides
+/// it first. Returns whether it was written.
+async fn write_decision(
+    broker: &Broker,
+    half: &StoredMessage,
+    mut records: Vec<Record>,
+    now_ms: i64,
+) -> bool {
+    let half_offset = half.queue_offset as u64;
+    let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
+    if !broker.transactions.claim(half_offset, op_end) {
+        return false;
+    }
+    match op_record(broker, half_offset, now_ms) {
+        Ok(record) => records.push(record),
+        Err(error) => {
+            broker.transactions.abandoned(half_offset);
+            tracing::error!(half_offset, %error, "cannot build a transaction op record");
+            return false;
+        }
+    }
+    match stored::append(&broker.store, records).await {
+        Ok(outcome) => {
+            let op_offset = outcome.entries.last().map_or(0, |e| e.queue_offset);
+            let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
+            broker.transactions.decided(half_offset, op_offset, op_end);
+            true
+        }
+        Err(error) => {
+            broker.transactions.abandoned(half_offset);
+            tracing::warn!(half_offset, %error, "writing a transaction decision failed; next round tries again");
+            false
+        }
+    }
+}
+
+/// Whether the real topic holds a committed copy of `half`: same UNIQ_KEY, commit bits, and
+/// the half's position as prepared-transaction offset.
+fn has_committed_copy(broker: &Broker, half: &StoredMessage) -> bool {
+    let (Some(uniq), Ok((topic, _))) = (half.property(property::UNIQ_KEY), real_queue(half)) else {
+        return false;
+    };
+    let found = match broker
+        .store
+        .query_by_key(&topic, &uniq, COPIES_SEARCHED_MAX, 0, i64::MAX)
+    {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::warn!(%topic, %error, "cannot search for a committed copy of a half message");
+            return false;
+        }
+    };
+    found.iter().any(|bytes| {
+        StoredMessage::decode(bytes, false).is_ok_and(|(copy, _)| {
+            copy.topic == topic
+                && copy.prepared_transaction_offset == half.physical_offset
+                && copy.sys_flag & sys_flag::TRANSACTION_MASK == sys_flag::TRANSACTION_COMMIT
+        })
+    })
+}
+
+/// The copy of a half checked too often, for TRANS_CHECK_MAX_TIME_TOPIC (created on first use
+/// with one queue, as RocketMQ creates it).
+fn discarded_record(broker: &Broker, half: &StoredMessage) -> Result<Record, String> {
+    match broker
+        .topics
+        .create_if_absent(topic_config(CHECK_MAX_TOPIC, 1, PERM_READ | PERM_WRITE))
+    {
+        Ok(true) => broker.topics_changed(),
+        Ok(false) => {}
+        Err(error) => return Err(error.to_string()),
+    }
+    let mut message = half.clone();
+    message.topic = CHECK_MAX_TOPIC.to_string();
+    message.queue_id = 0;
+    stored::record_of(&message)
+}
+
+/// Sends CHECK_TRANSACTION_STATE for `half` to one connection of its producer group, as
+/// RocketMQ's `sendCheckMessage`: the header names the half, the body is the message with its
+/// real topic and queue. False when no producer of the group is connected.
+fn send_check(broker: &Broker, half: &StoredMessage) -> bool {
+    let Some(group) = half.property(property::PRODUCER_GROUP) else {
+        return false;
+    };
+    let producers: Vec<_> = broker
+        .clients
+        .producers(&group)
+        .into_iter()
+        .filter(|(_, connection)| !connection.is_closed())
+        .collect();
+    if producers.is_empty() {
+        tracing::warn!(%group, "no producer of the group is connected to check a transaction");
+        return false;
+    }
+    let (_, connection) = &producers[half.queue_offset as usize % producers.len()];
+    let Ok((topic, queue_id)) = real_queue(half) else {
+        return false;
+    };
+    let uniq = half.property(property::UNIQ_KEY);
+    let header = CheckTransactionStateRequestHeader {
+        topic: HALF_TOPIC.to_string(),
+        tran_state_table_offset: half.queue_offset,
+        commit_log_offset: half.physical_offset,
+        msg_id: uniq.clone(),
+        transaction_id: uniq,
+        offset_msg_id: half.offset_msg_id(),
+        broker_name: broker.config.broker_name.clone(),
+    };
+    let mut message = half.clone();
+    message.topic = topic;
+    message.queue_id = queue_id;
+    let mut body = Vec::with_capacity(message.encoded_len());
+    if let Err(error) = message.encode(&mut body) {
+        tracing::error!(%error, "cannot encode a half message for its check");
+        return false;
+    }
+    let request = Command::request(request_code::CHECK_TRANSACTION_STATE, Encoding::Json)
+        .with_ext(header.to_ext())
+        .with_body(body);
+    connection.send_oneway(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_bodies_name_one_or_many_offsets() {
+        assert_eq!(op_offsets(b"12,").collect::<Vec<_>>(), vec![12]);
+        assert_eq!(op_offsets(b"1,2,30,").collect::<Vec<_>>(), vec![1, 2, 30]);
+        assert_eq!(op_offsets(b"7").collect::<Vec<_>>(), vec![7]);
+        assert_eq!(op_offsets(b"x,,-1,5").collect::<Vec<_>>(), vec![5]);
+    }
+
+    #[test]
+    fn progress_passes_decided_halves_and_the_op_records_naming_only_them() {
+        let mut progress = Progress::default();
+        progress.note_op(0, [1]);
+        progress.advance(1);
+        assert_eq!((progress.half_next, progress.op_next), (0, 0));
+        progress.note_op(1, [0]);
+        progress.advance(2);
+        assert_eq!((progress.half_next, progress.op_next), (2, 2));
+        // A decision being written holds the op offset where its record may land.
+        progress.deciding.insert(2, 2);
+        progress.note_op(2, [3]);
+        progress.advance(3);
+        assert_eq!((progress.half_next, progress.op_next), (2, 2));
+        progress.deciding.remove(&2);
+        progress.note_op(3, [2]);
+        progress.advance(4);
+        assert_eq!((progress.half_next, progress.op_next), (4, 4));
+    }
+
+    #[test]
+    fn op_progress_is_the_start_of_the_first_chunk_still_needed() {
+        let mut progress = Progress::default();
+        // Half 0 stays undecided while 1..=3000 are decided by op records 0..3000.
+        for half in 1..=3_000 {
+            progress.note_op(half - 1, [half]);
+        }
+        progress.advance(3_000);
+        assert_eq!((progress.half_next, progress.op_next), (0, 0));
+        assert_eq!(progress.decided.ranges.len(), 1);
+        progress.note_op(3_000, [0]);
+        progress.advance(3_001);
+        assert_eq!((progress.half_next, progress.op_next), (3_001, 3_001));
+        assert!(progress.op_chunks.is_empty());
+    }
+
+    #[test]
+    fn offset_ranges_merge_and_pass() {
+        let mut set = OffsetRanges::default();
+        for offset in [5, 3, 4, 9, 7, 8] {
+            set.insert(offset);
+        }
+        assert_eq!(set.ranges.len(), 2);
+        assert!(set.contains(3) && set.contains(5) && set.contains(9));
+        assert!(!set.contains(6) && !set.contains(2) && !set.contains(10));
+        assert_eq!(set.pass_from(2), 2);
+        assert_eq!(set.pass_from(3), 6);
+        set.insert(6);
+        assert_eq!(set.pass_from(6), 10);
+        assert!(set.ranges.is_empty());
+        for offset in [1, 2, 3, 7] {
+            set.insert(offset);
+        }
+        set.drop_below(2);
+        assert!(!set.contains(1) && set.contains(2) && set.contains(7));
+    }
+}
