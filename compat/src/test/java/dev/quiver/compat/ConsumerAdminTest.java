@@ -157,6 +157,11 @@ class ConsumerAdminTest {
             assertTrue(id.find(), "a client id line in:\n" + connections);
             String clientId = id.group(1);
 
+            // Every group with its connected clients: 1 push client, clustering.
+            mqadminUntil(group + " with its client in consumerProgress",
+                out -> out.lines().anyMatch(line -> line.matches(Pattern.quote(group) + "\\s+1\\s+V\\S+\\s+PUSH\\s+CLUSTERING\\s.*")),
+                "consumerProgress");
+
             // The unique-key lookup, and its track of who consumed the message, which asks for the
             // group's connections and progress.
             String msgId = producer.send(new Message(topic, "tracked".getBytes(UTF_8))).getMsgId();
