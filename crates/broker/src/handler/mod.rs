@@ -28,6 +28,7 @@ mod pop_watch;
 mod pull;
 mod query;
 mod replica;
+mod reply;
 mod retry;
 mod send;
 mod stats;
@@ -119,6 +120,7 @@ fn handler_for(code: i32) -> Option<Handler> {
     use request_code::*;
     Some(match code {
         SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => send::send,
+        SEND_REPLY_MESSAGE | SEND_REPLY_MESSAGE_V2 => reply::reply,
         PULL_MESSAGE | LITE_PULL_MESSAGE => pull::pull,
         CONSUMER_SEND_MSG_BACK => retry::send_back,
         HEART_BEAT => client::heartbeat,
