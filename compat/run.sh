@@ -99,7 +99,9 @@ NAMESRV=""
 start_quiver() {
     local binary="$ROOT/target/$PROFILE/quiver"
     # Registrations every 2 s: tests that change routes on the name server see one happen.
-    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\n' "$DELAY_LEVELS" >"$WORK/broker.conf"
+    # The trace topic exists from the start, as on the reference (TraceTest).
+    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\ntraceTopicEnable=true\n' "$DELAY_LEVELS" \
+        >"$WORK/broker.conf"
     "$binary" up -c "$WORK/broker.conf" --data "$WORK/data" --namesrv-port 0 --broker-port 0 \
         >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
     PIDS+=("$!")
@@ -133,6 +135,7 @@ autoCreateTopicEnable=true
 flushDiskType=ASYNC_FLUSH
 storePathRootDir=$WORK/store
 messageDelayLevel=$DELAY_LEVELS
+traceTopicEnable=true
 EOF
     local jvm=(java -Duser.home="$WORK/home" -Drocketmq.home.dir="$WORK/home"
         -Dlogback.configurationFile="$WORK/logback.xml" -Drmq.logback.configurationFile="$WORK/logback.xml"
