@@ -3,7 +3,11 @@
 //! `storeReplyMessageEnable` says so, and pushed to the requesting client, named by the reply's
 //! REPLY_TO_CLIENT property, with PUSH_REPLY_MESSAGE_TO_CLIENT (326). As in RocketMQ, the
 //! replier is answered SYSTEM_ERROR when the requester is not connected here (its send then
-//! retries), and SUCCESS when the push went out even if storing failed.
+//! retries), and SUCCESS when the push went out even if storing failed. A stored reply is
+//! answered once it is stored and pushed, without waiting for the requester to acknowledge the
+//! push (RocketMQ waits up to 10 s): an append's answer is made where the store completes it,
+//! outside any task, so the acknowledgement is awaited on a task of its own and a refusal is
+//! logged. Without storing, the answer waits for the acknowledgement, as in RocketMQ.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -26,17 +30,7 @@ pub fn reply(call: &Call, request: &Command) -> Handled {
     let prepared = prepare(call, request)?;
     let queue_id = prepared.queue_id;
     let header = prepared.header.clone();
-    let requester = find_property(&header.properties, property::REPLY_TO_CLIENT);
-    let target =
-        match requester {
-            None => Err(format!(
-                "reply message properties[{}] is null",
-                property::REPLY_TO_CLIENT
-            )),
-            Some(client_id) => call.broker.clients.connection_of(client_id).ok_or_else(|| {
-                format!("push reply message fail, channel of <{client_id}> not found.")
-            }),
-        };
+    let target = requester(call, &header.properties);
     let push = push_request(call, request, header);
     if !call.broker.config.store_reply_message_enable {
         let response = request.response_to(response_code::SUCCESS);
@@ -49,8 +43,7 @@ pub fn reply(call: &Call, request: &Command) -> Handled {
         })));
     }
     // The push goes out once the store has answered, so a requester that reads the reply
-    // topic finds the reply there; its answer is awaited on a task of its own, since the store
-    // completes appends outside any task.
+    // topic finds the reply there.
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         Refusal::new(
             response_code::SYSTEM_ERROR,
@@ -74,6 +67,20 @@ pub fn reply(call: &Call, request: &Command) -> Handled {
             delivered(stored_answer, queue_id)
         },
     ))
+}
+
+/// The connection of the client the reply goes to, or why there is none (the replier's remark).
+fn requester(call: &Call, properties: &str) -> Result<Connection, String> {
+    let Some(client_id) = find_property(properties, property::REPLY_TO_CLIENT) else {
+        return Err(format!(
+            "reply message properties[{}] is null",
+            property::REPLY_TO_CLIENT
+        ));
+    };
+    call.broker
+        .clients
+        .connection_of(client_id)
+        .ok_or_else(|| format!("push reply message fail, channel of <{client_id}> not found."))
 }
 
 /// PUSH_REPLY_MESSAGE_TO_CLIENT for the reply `request` carries: its send header as sent, with
