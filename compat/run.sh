@@ -106,8 +106,9 @@ NAMESRV=""
 start_quiver() {
     local binary="$ROOT/target/$PROFILE/quiver"
     # Registrations every 2 s: tests that change routes on the name server see one happen.
-    # SQL92 subscriptions (SqlFilterTest) are off by default, as in RocketMQ.
-    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\nenablePropertyFilter=true\n%s\n' \
+    # SQL92 subscriptions (SqlFilterTest) are off by default, as in RocketMQ; the trace topic
+    # exists from the start, as on the reference (TraceTest).
+    printf 'messageDelayLevel=%s\nregisterNameServerPeriod=2000\nenablePropertyFilter=true\ntraceTopicEnable=true\n%s\n' \
         "$DELAY_LEVELS" "$TRANSACTION_CHECKS" >"$WORK/broker.conf"
     "$binary" up -c "$WORK/broker.conf" --data "$WORK/data" --namesrv-port 0 --broker-port 0 \
         >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
@@ -145,6 +146,7 @@ messageDelayLevel=$DELAY_LEVELS
 enablePropertyFilter=true
 $TRANSACTION_CHECKS
 $REFERENCE_TRANSACTION_OPS
+traceTopicEnable=true
 EOF
     local jvm=(java -Duser.home="$WORK/home" -Drocketmq.home.dir="$WORK/home"
         -Dlogback.configurationFile="$WORK/logback.xml" -Drmq.logback.configurationFile="$WORK/logback.xml"

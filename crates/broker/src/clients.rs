@@ -210,6 +210,23 @@ impl ClientTable {
             .collect()
     }
 
+    /// The connection of the client with this id, from its producers' heartbeats, or its
+    /// consumers' when it has no producer: where a reply to its request is pushed.
+    pub fn connection_of(&self, client_id: &str) -> Option<Connection> {
+        let tables = self.lock();
+        let producer = tables
+            .producers
+            .values()
+            .find_map(|members| members.get(client_id).map(|(connection, _)| connection));
+        let consumer = || {
+            tables
+                .consumers
+                .values()
+                .find_map(|members| members.get(client_id).map(|member| &member.connection))
+        };
+        producer.or_else(consumer).cloned()
+    }
+
     /// The group's newest subscription to `topic` (the highest version among its members'
     /// heartbeats) and its filter.
     pub fn subscription(&self, group: &str, topic: &str) -> Option<Subscribed> {
@@ -339,6 +356,27 @@ mod tests {
         assert_eq!(table.consumer_ids("g"), vec!["c2".to_string()]);
         assert_eq!(table.expire(5 + CLIENT_EXPIRY_MS + 1), vec!["g"]);
         assert!(table.consumer_ids("g").is_empty());
+    }
+
+    #[test]
+    fn a_client_is_found_by_its_id_through_either_kind_of_group() {
+        let table = ClientTable::default();
+        let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
+        let (b, _rb) = Connection::new(2, "127.0.0.1:2".parse().unwrap());
+        let producer = HeartbeatData {
+            client_id: "p1".into(),
+            producer_data_set: vec![quiver_wire::body::ProducerData {
+                group_name: "pg".into(),
+            }],
+            ..HeartbeatData::default()
+        };
+        table.heartbeat(&a, producer, 0);
+        table.heartbeat(&b, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0);
+        assert_eq!(table.connection_of("p1").map(|c| c.id), Some(1));
+        assert_eq!(table.connection_of("c1").map(|c| c.id), Some(2));
+        assert!(table.connection_of("nobody").is_none());
+        table.connection_closed(1);
+        assert!(table.connection_of("p1").is_none());
     }
 
     #[test]

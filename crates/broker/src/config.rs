@@ -27,6 +27,11 @@ pub struct BrokerConfig {
     pub listen_port: u16,
     pub default_topic_queue_nums: i32,
     pub auto_create_topic: bool,
+    /// `traceTopicEnable`: the message-trace topic (`msgTraceTopicName`) is created at start.
+    pub trace_topic_enable: bool,
+    pub msg_trace_topic_name: String,
+    /// `storeReplyMessageEnable`: replies (request-reply) are stored as well as pushed.
+    pub store_reply_message_enable: bool,
     pub auto_create_subscription_group: bool,
     /// RocketMQ 5's offset reset: the broker changes the offsets and moves consumers on their
     /// next pull (true), or tells running consumers to move as RocketMQ 4 did (false).
@@ -108,6 +113,9 @@ impl Default for BrokerConfig {
             listen_port: 10911,
             default_topic_queue_nums: 8,
             auto_create_topic: true,
+            trace_topic_enable: false,
+            msg_trace_topic_name: crate::topic::TRACE_TOPIC.into(),
+            store_reply_message_enable: true,
             auto_create_subscription_group: true,
             use_server_side_reset_offset: true,
             broker_permission: 6,
@@ -333,6 +341,12 @@ impl BrokerConfig {
                 self.default_topic_queue_nums.to_string(),
             ),
             ("autoCreateTopicEnable", self.auto_create_topic.to_string()),
+            ("traceTopicEnable", self.trace_topic_enable.to_string()),
+            ("msgTraceTopicName", self.msg_trace_topic_name.clone()),
+            (
+                "storeReplyMessageEnable",
+                self.store_reply_message_enable.to_string(),
+            ),
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -462,6 +476,13 @@ impl BrokerConfig {
                 "listenPort" => self.listen_port = field.number(0, 65_535)?,
                 "defaultTopicQueueNums" => self.default_topic_queue_nums = field.number(1, 1024)?,
                 "autoCreateTopicEnable" => self.auto_create_topic = field.boolean()?,
+                "traceTopicEnable" => self.trace_topic_enable = field.boolean()?,
+                "msgTraceTopicName" => {
+                    crate::topic::validate_topic_name(value)
+                        .map_err(|error| field.invalid(&format!("a topic name ({error})")))?;
+                    self.msg_trace_topic_name = value.to_string();
+                }
+                "storeReplyMessageEnable" => self.store_reply_message_enable = field.boolean()?,
                 "autoCreateSubscriptionGroup" => {
                     self.auto_create_subscription_group = field.boolean()?
                 }
@@ -769,6 +790,7 @@ mod tests {
              maxIndexNum=4000\nregisterNameServerPeriod=10000\ndeleteWhen=01;13\nfileReservedTime=6\n\
              diskMaxUsedSpaceRatio=60\nmessageDelayLevel=1s 90s 2m 1h 2d\n",
             "flushDiskType=ASYNC_FLUSH\nflushIntervalCommitLog=200\nflushCommitLogLeastPages=0\n",
+            "traceTopicEnable=true\nmsgTraceTopicName=Trace_1\nstoreReplyMessageEnable=false\n",
         ] {
             let mut config = BrokerConfig::default();
             config.apply_properties(text).expect("valid");

@@ -265,6 +265,7 @@ impl Persisted {
                 crate::topic::PERM_READ | crate::topic::PERM_WRITE,
             ))?;
         }
+        create_client_system_topics(config, &topics)?;
         adopt_stored_topics(&store, &topics);
         mark_non_persistent_topics(config, &topics)?;
         let memory = MemoryQueues::open(
@@ -295,6 +296,24 @@ impl Persisted {
         };
         Ok((persisted, recovery))
     }
+}
+
+/// The topics RocketMQ's broker creates at start for clients' features, with its shapes (one
+/// queue, read and write): the cluster's reply topic always, so that a consumer's reply finds a
+/// route; the message-trace topic only with `traceTopicEnable` (without it, a client's first
+/// trace record creates it from TBW102 like any other topic, when auto-create is on).
+fn create_client_system_topics(
+    config: &BrokerConfig,
+    topics: &TopicTable,
+) -> Result<(), StateError> {
+    let read_write = crate::topic::PERM_READ | crate::topic::PERM_WRITE;
+    let reply_topic = crate::topic::reply_topic(&config.cluster_name);
+    topics.create_if_absent(crate::topic::topic_config(&reply_topic, 1, read_write))?;
+    if config.trace_topic_enable {
+        let trace_topic = &config.msg_trace_topic_name;
+        topics.create_if_absent(crate::topic::topic_config(trace_topic, 1, read_write))?;
+    }
+    Ok(())
 }
 
 /// Makes the topics `nonPersistentTopics` lists non-persistent, creating those that are missing

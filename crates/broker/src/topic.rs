@@ -20,6 +20,16 @@ pub const AUTO_CREATE_TOPIC: &str = "TBW102";
 /// 8, as the seeds' 8-queue scenarios do, so a benchmark consumer runs 8 pull loops, not 1024.
 pub const BENCHMARK_TOPIC: &str = "BenchmarkTest";
 pub const BENCHMARK_TOPIC_QUEUES: i32 = 8;
+/// Where clients with message trace on send their trace records (`msgTraceTopicName`'s
+/// default).
+pub const TRACE_TOPIC: &str = "RMQ_SYS_TRACE_TOPIC";
+/// A cluster's replies (request-reply) go to `<cluster>_REPLY_TOPIC`.
+const REPLY_TOPIC_SUFFIX: &str = "_REPLY_TOPIC";
+
+/// The topic the Java client sends a cluster's replies to: the broker creates it at start.
+pub fn reply_topic(cluster_name: &str) -> String {
+    format!("{cluster_name}{REPLY_TOPIC_SUFFIX}")
+}
 /// Topics only the broker itself writes: a client's send to one is refused with NO_PERMISSION,
 /// as RocketMQ's TopicValidator does (a message sent straight to the schedule topic would be
 /// acknowledged and then have no real topic to go to).
@@ -36,13 +46,14 @@ pub const NOT_ALLOWED_SEND_TOPICS: &[&str] = &[
 ];
 /// RocketMQ 5.5.0's system topics (TopicValidator's set): UPDATE_AND_CREATE_TOPIC refuses
 /// them, so a client cannot reshape a topic the broker relies on. The cluster's and the
-/// broker's own names, and every name starting with `rmq_sys_`, count as well.
+/// broker's own names, the cluster's reply topic, and every name starting with `rmq_sys_`,
+/// count as well.
 const SYSTEM_TOPICS: &[&str] = &[
     AUTO_CREATE_TOPIC,
     "SCHEDULE_TOPIC_XXXX",
     BENCHMARK_TOPIC,
     "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRACE_TOPIC",
+    TRACE_TOPIC,
     "RMQ_SYS_TRANS_OP_HALF_TOPIC",
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "SELF_TEST_TOPIC",
@@ -59,6 +70,9 @@ pub fn is_system_topic(name: &str, cluster_name: &str, broker_name: &str) -> boo
         || name.starts_with(SYSTEM_TOPIC_PREFIX)
         || name == cluster_name
         || name == broker_name
+        || name
+            .strip_prefix(cluster_name)
+            .is_some_and(|rest| rest == REPLY_TOPIC_SUFFIX)
 }
 pub const RETRY_PREFIX: &str = "%RETRY%";
 pub const DLQ_PREFIX: &str = "%DLQ%";

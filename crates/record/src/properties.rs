@@ -44,6 +44,12 @@ pub mod property {
     pub const SHARDING_KEY: &str = "__SHARDINGKEY";
     pub const DLQ_ORIGIN_TOPIC: &str = "DLQ_ORIGIN_TOPIC";
     pub const DLQ_ORIGIN_MESSAGE_ID: &str = "DLQ_ORIGIN_MESSAGE_ID";
+    /// The client id of the requester a reply goes to (request-reply).
+    pub const REPLY_TO_CLIENT: &str = "REPLY_TO_CLIENT";
+    /// Matches a reply to its request in the requester.
+    pub const CORRELATION_ID: &str = "CORRELATION_ID";
+    /// When the broker pushed a reply to its requester (ms), written by the broker.
+    pub const PUSH_REPLY_TIME: &str = "PUSH_REPLY_TIME";
 }
 
 /// Ends a property's name.
@@ -166,6 +172,8 @@ pub struct SendProperties<'a> {
     pub cluster: Option<&'a str>,
     pub delay: Option<&'a str>,
     pub pop_ck: bool,
+    pub msg_region: Option<&'a str>,
+    pub trace_switch: Option<&'a str>,
 }
 
 impl<'a> SendProperties<'a> {
@@ -179,6 +187,8 @@ impl<'a> SendProperties<'a> {
                 property::CLUSTER => found.cluster = Some(value),
                 property::DELAY => found.delay = Some(value),
                 property::POP_CK => found.pop_ck = true,
+                property::MSG_REGION => found.msg_region = Some(value),
+                property::TRACE_SWITCH => found.trace_switch = Some(value),
                 _ => {}
             }
         }
@@ -219,7 +229,8 @@ mod tests {
     #[test]
     fn one_scan_finds_what_find_property_finds() {
         let raw = "TAGS\u{1}a\u{2}KEYS\u{1}k1 k2\u{2}UNIQ_KEY\u{1}U\u{2}DELAY\u{1}\u{2}\
-                   TAGS\u{1}b\u{2}POP_CK\u{1}x\u{2}CLUSTER\u{1}C\u{2}DELAY\u{1}3\u{2}";
+                   TAGS\u{1}b\u{2}POP_CK\u{1}x\u{2}CLUSTER\u{1}C\u{2}DELAY\u{1}3\u{2}\
+                   MSG_REGION\u{1}R\u{2}TRACE_ON\u{1}false\u{2}";
         let found = SendProperties::scan(raw);
         for (name, value) in [
             (property::TAGS, found.tags),
@@ -227,6 +238,8 @@ mod tests {
             (property::UNIQ_KEY, found.uniq_key),
             (property::CLUSTER, found.cluster),
             (property::DELAY, found.delay),
+            (property::MSG_REGION, found.msg_region),
+            (property::TRACE_SWITCH, found.trace_switch),
         ] {
             assert_eq!(value, find_property(raw, name), "{name}");
         }

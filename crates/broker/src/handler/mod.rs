@@ -29,6 +29,7 @@ mod pop_watch;
 mod pull;
 mod query;
 mod replica;
+mod reply;
 mod retry;
 mod send;
 mod stats;
@@ -122,6 +123,7 @@ fn handler_for(code: i32) -> Option<Handler> {
     Some(match code {
         SEND_MESSAGE | SEND_MESSAGE_V2 | SEND_BATCH_MESSAGE => send::send,
         END_TRANSACTION => transaction::end_transaction,
+        SEND_REPLY_MESSAGE | SEND_REPLY_MESSAGE_V2 => reply::reply,
         PULL_MESSAGE | LITE_PULL_MESSAGE => pull::pull,
         CONSUMER_SEND_MSG_BACK => retry::send_back,
         HEART_BEAT => client::heartbeat,

@@ -2,6 +2,8 @@
 //! build stored records and return them for the store; the answer comes when the store has
 //! them durable (at once with async flush, after the covering fsync with sync flush).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use quiver_store::{AppendError, AppendOutcome, FlushStatus, Record};
 use quiver_wire::batch::decode_batch;
@@ -34,15 +36,35 @@ const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
 /// Room for a generated UNIQ_KEY property (32 hex digits and the name), so adding it and
 /// CLUSTER to a copy of the properties does not reallocate.
 const UNIQ_KEY_BYTES_MAX: usize = 48;
+/// The region and trace switch RocketMQ's broker writes into every message it stores (its
+/// `regionId` and `traceOn` defaults). A consumer with message trace on sends no trace record
+/// for a message without MSG_REGION.
+pub(super) const MSG_REGION: &str = "DefaultRegion";
+pub(super) const TRACE_SWITCH: &str = "true";
+/// Room for those two properties with their names and separators.
+const REGION_AND_TRACE_BYTES: usize = 40;
 
 pub fn send(call: &Call, request: &Command) -> Handled {
+    let prepared = prepare(call, request)?;
+    Ok(write(call.broker, request, prepared, |answer| answer))
+}
+
+/// Writes prepared records, to the topic's ring or through the store, and answers with what
+/// `finish` makes of the send's answer once they are written (or failed to be).
+pub(super) fn write(
+    broker: &Arc<Broker>,
+    request: &Command,
+    prepared: Prepared,
+    finish: impl FnOnce(Command) -> Command + Send + 'static,
+) -> Reply {
     let Prepared {
         records,
         queue_id,
         first_uniq_key,
         memory,
-    } = prepare(call, request)?;
-    let broker = call.broker.clone();
+        ..
+    } = prepared;
+    let broker = broker.clone();
     // Only the opaque and the encoding: the request itself stays with the connection.
     let response = request.response_to(response_code::SUCCESS);
     if memory {
@@ -60,28 +82,38 @@ pub fn send(call: &Call, request: &Command) -> Handled {
             flush: FlushStatus::Ok,
         };
         let answer = respond(&broker, response, Ok(outcome), queue_id, first_uniq_key);
-        return Ok(Reply::Now(answer));
+        return Reply::Now(finish(answer));
     }
-    Ok(Reply::Append {
+    Reply::Append {
         records,
         answer: Box::new(move |result| {
-            respond(&broker, response, result, queue_id, first_uniq_key)
+            finish(respond(&broker, response, result, queue_id, first_uniq_key))
         }),
-    })
+    }
 }
 
-struct Prepared {
+/// A checked send (or reply), its records built and its topic created.
+pub(super) struct Prepared {
     records: Vec<Record>,
-    queue_id: i32,
+    /// The header as sent, but with an exhausted retry's topic turned to its dead-letter topic.
+    pub header: SendMessageHeader,
+    /// The queue the records go to, picked by the broker when the sender left it to it.
+    pub queue_id: i32,
     first_uniq_key: Option<String>,
     /// The topic is non-persistent: the records go to its ring, not to the store.
     memory: bool,
 }
 
-fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
+/// Checks a send (SEND_REPLY_MESSAGE and its V2 alike) as RocketMQ's send processor does,
+/// creates its topic when RocketMQ would, and builds its records.
+pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
     let broker = call.broker;
     let ext = ext_or_err(request)?;
-    let mut header = if request.code == request_code::SEND_MESSAGE {
+    let long_names = matches!(
+        request.code,
+        request_code::SEND_MESSAGE | request_code::SEND_REPLY_MESSAGE
+    );
+    let mut header = if long_names {
         SendMessageHeader::from_v1(ext)?
     } else {
         SendMessageHeader::from_v2(ext)?
@@ -196,6 +228,7 @@ fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
     }
     Ok(Prepared {
         records,
+        header,
         queue_id,
         first_uniq_key,
         memory: shape.memory,
@@ -288,15 +321,15 @@ struct RecordBuilder<'a> {
 }
 
 impl RecordBuilder<'_> {
-    /// One stored record, with UNIQ_KEY and CLUSTER added and POP_CK removed as the Java broker
-    /// does. Returns the record and its UNIQ_KEY.
+    /// One stored record, with UNIQ_KEY, CLUSTER, MSG_REGION and TRACE_ON added and POP_CK
+    /// removed as the Java broker does. Returns the record and its UNIQ_KEY.
     fn record(
         &self,
         body: Bytes,
         raw_properties: &str,
         flag: i32,
     ) -> Result<(Record, String), Refusal> {
-        // Adding UNIQ_KEY and CLUSTER or dropping POP_CK changes none of the values read here.
+        // Adding properties or dropping POP_CK changes none of the values read here.
         let found = SendProperties::scan(raw_properties);
         let (properties, uniq_key) = self.stored_properties(raw_properties, &found);
         if properties.len() > PROPERTIES_BYTES_MAX {
@@ -379,7 +412,10 @@ impl RecordBuilder<'_> {
     }
 
     fn stored_properties(&self, raw: &str, found: &SendProperties<'_>) -> (String, String) {
-        let extra = UNIQ_KEY_BYTES_MAX + self.broker.config.cluster_name.len() + 32;
+        let extra = UNIQ_KEY_BYTES_MAX
+            + self.broker.config.cluster_name.len()
+            + REGION_AND_TRACE_BYTES
+            + 32;
         let mut properties = if found.pop_ck {
             let kept = quiver_wire::message::decode_properties(raw);
             quiver_wire::message::encode_properties(
@@ -410,6 +446,12 @@ impl RecordBuilder<'_> {
                 property::CLUSTER,
                 &self.broker.config.cluster_name,
             );
+        }
+        if found.msg_region.is_none() {
+            push_property(&mut properties, property::MSG_REGION, MSG_REGION);
+        }
+        if found.trace_switch.is_none() {
+            push_property(&mut properties, property::TRACE_SWITCH, TRACE_SWITCH);
         }
         (properties, uniq_key)
     }

@@ -145,6 +145,39 @@ fn optional<T: ExtValue>(
     raw.map(|raw| T::parse_ext(field, raw)).transpose()
 }
 
+/// ReplyMessageRequestHeader, of PUSH_REPLY_MESSAGE_TO_CLIENT (326): the reply's send header
+/// as the replier sent it, and where and when the broker took it. The Java client refuses the
+/// push when any of the three broker fields is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplyMessageHeader {
+    pub send: SendMessageHeader,
+    /// The replier's address, `ip:port`.
+    pub born_host: String,
+    /// The broker's address, `ip:port`.
+    pub store_host: String,
+    pub store_timestamp: i64,
+}
+
+impl ReplyMessageHeader {
+    pub fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError> {
+        Ok(ReplyMessageHeader {
+            send: SendMessageHeader::from_v1(ext)?,
+            born_host: ext.required("bornHost")?,
+            store_host: ext.required("storeHost")?,
+            store_timestamp: ext.required("storeTimestamp")?,
+        })
+    }
+
+    /// The Java field names, with the send header's as in SEND_MESSAGE (10).
+    pub fn to_ext(&self) -> ExtFields {
+        let mut ext = self.send.to_v1();
+        ext.put("bornHost", &self.born_host);
+        ext.put("storeHost", &self.store_host);
+        ext.put("storeTimestamp", &self.store_timestamp);
+        ext
+    }
+}
+
 /// SendMessageResponseHeader. The Java client reads these unconditionally, so every "sent"
 /// response code must carry them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,6 +273,20 @@ mod tests {
             SendMessageHeader::from_v2(&ext),
             Err(HeaderError::Missing("b"))
         );
+    }
+
+    #[test]
+    fn a_reply_push_header_round_trips_with_the_java_names() {
+        let header = ReplyMessageHeader {
+            send: sample(),
+            born_host: "127.0.0.1:50000".into(),
+            store_host: "127.0.0.1:10911".into(),
+            store_timestamp: 1_795_293_274_700,
+        };
+        let ext = header.to_ext();
+        assert_eq!(ext.get("producerGroup"), Some("pg"));
+        assert_eq!(ext.get("bornHost"), Some("127.0.0.1:50000"));
+        assert_eq!(ReplyMessageHeader::from_ext(&ext), Ok(header));
     }
 
     #[test]
