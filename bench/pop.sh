@@ -54,8 +54,6 @@ CP="$(cat "$WORK/classpath.txt")"
 mkdir -p "$WORK/classes"
 javac -nowarn -cp "$CP" -d "$WORK/classes" "$REPO/bench/rocketmq/PopBench.java"
 
-
-
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ROWS="$WORK/rows.txt"
 : >"$ROWS"
@@ -64,60 +62,9 @@ for system in $SYSTEMS; do
   new_namespace
   holder=$NS
   home="$WORK/$system"
-  mkdir -p "$home"
-  cat >"$home/logback.xml" <<EOF2
-<configuration>
-  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
-    <file>$home/java.log</file>
-    <encoder><pattern>%d %p %c{1} - %m%n</pattern></encoder>
-  </appender>
-  <root level="WARN"><appender-ref ref="FILE"/></root>
-</configuration>
-EOF2
-  java=(nsenter -t "$holder" -n java -Duser.home="$home" -Drocketmq.home.dir="$home"
-    -Dlogback.configurationFile="$home/logback.xml" -cp "$CP:$WORK/classes")
-  case $system in
-    quiver)
-      nsenter -t "$holder" -n "$QUIVER" up --data "$home/data" --namesrv-port 9876 --broker-port 10911 \
-        >"$home/quiver.out" 2>"$home/quiver.log" &
-      broker=$!
-      PIDS+=("$broker")
-      wait_for_line "$home/quiver.out" '^ready' 30
-      ;;
-    rocketmq)
-      printf 'listenPort=9876\nbindAddress=127.0.0.1\n' >"$home/namesrv.conf"
-      cat >"$home/broker.conf" <<EOF2
-brokerClusterName=DefaultCluster
-brokerName=broker-a
-brokerId=0
-brokerIP1=127.0.0.1
-bindAddress=127.0.0.1
-listenPort=10911
-namesrvAddr=127.0.0.1:9876
-flushDiskType=ASYNC_FLUSH
-storePathRootDir=$home/store
-EOF2
-      "${java[@]}" -Xms256m -Xmx256m org.apache.rocketmq.namesrv.NamesrvStartup -c "$home/namesrv.conf" \
-        >"$home/namesrv.out" 2>&1 &
-      PIDS+=($!)
-      wait_for_line "$home/namesrv.out" 'boot success' 60
-      "${java[@]}" -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g -XX:+UseG1GC \
-        org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf" >"$home/broker.out" 2>&1 &
-      broker=$!
-      PIDS+=("$broker")
-      wait_for_line "$home/broker.out" 'boot success' 120
-      ;;
-    *) echo "pop.sh: unknown system $system" >&2; exit 2 ;;
-  esac
+  start_system "$system" "$holder" "$home" "$CP:$WORK/classes"
+  create_topic "$home" "$TOPIC" 8
   mqadmin() { "${java[@]}" org.apache.rocketmq.tools.command.MQAdminStartup "$@" -n 127.0.0.1:9876; }
-  for _ in $(seq 60); do
-    if mqadmin updateTopic -c DefaultCluster -t "$TOPIC" -r 8 -w 8 >"$home/updateTopic.out" 2>&1 \
-      && grep -q success "$home/updateTopic.out"; then
-      break
-    fi
-    sleep 1
-  done
-  grep -q success "$home/updateTopic.out" || { cat "$home/updateTopic.out" >&2; exit 1; }
   echo "== $system: filling $TOPIC with $MESSAGES messages of 1 KiB"
   nsenter -t "$holder" -n "$QUIVER" bench produce -n 127.0.0.1:9876 -t "$TOPIC" -s 1024 -w 64 \
     --messages "$MESSAGES" --report-interval 5 >"$home/fill.txt" 2>&1

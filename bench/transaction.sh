@@ -64,62 +64,8 @@ for system in $SYSTEMS; do
   new_namespace
   holder=$NS
   home="$WORK/$system"
-  mkdir -p "$home"
-  cat >"$home/logback.xml" <<EOF
-<configuration>
-  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
-    <file>$home/java.log</file>
-    <encoder><pattern>%d %p %c{1} - %m%n</pattern></encoder>
-  </appender>
-  <root level="WARN"><appender-ref ref="FILE"/></root>
-</configuration>
-EOF
-  java=(nsenter -t "$holder" -n java -Duser.home="$home" -Drocketmq.home.dir="$home"
-    -Dlogback.configurationFile="$home/logback.xml" -cp "$CP")
-  case $system in
-    quiver)
-      nsenter -t "$holder" -n "$QUIVER" up --data "$home/data" --namesrv-port 9876 --broker-port 10911 \
-        >"$home/quiver.out" 2>"$home/quiver.log" &
-      broker=$!
-      PIDS+=("$broker")
-      wait_for_line "$home/quiver.out" '^ready' 30
-      ;;
-    rocketmq)
-      printf 'listenPort=9876\nbindAddress=127.0.0.1\n' >"$home/namesrv.conf"
-      cat >"$home/broker.conf" <<EOF
-brokerClusterName=DefaultCluster
-brokerName=broker-a
-brokerId=0
-brokerIP1=127.0.0.1
-bindAddress=127.0.0.1
-listenPort=10911
-namesrvAddr=127.0.0.1:9876
-flushDiskType=ASYNC_FLUSH
-storePathRootDir=$home/store
-EOF
-      "${java[@]}" -Xms256m -Xmx256m org.apache.rocketmq.namesrv.NamesrvStartup -c "$home/namesrv.conf" \
-        >"$home/namesrv.out" 2>&1 &
-      PIDS+=($!)
-      wait_for_line "$home/namesrv.out" 'boot success' 60
-      "${java[@]}" -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g -XX:+UseG1GC \
-        org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf" >"$home/broker.out" 2>&1 &
-      broker=$!
-      PIDS+=("$broker")
-      wait_for_line "$home/broker.out" 'boot success' 120
-      ;;
-    *) echo "transaction.sh: unknown system $system" >&2; exit 2 ;;
-  esac
-  # The topic, with the unchanged mqadmin (the broker registers with the name server shortly
-  # after it starts: retry until the cluster is known).
-  for _ in $(seq 60); do
-    if "${java[@]}" org.apache.rocketmq.tools.command.MQAdminStartup updateTopic -n 127.0.0.1:9876 \
-      -c DefaultCluster -t "$TOPIC" -r "$QUEUES" -w "$QUEUES" >"$home/updateTopic.out" 2>&1 \
-      && grep -q success "$home/updateTopic.out"; then
-      break
-    fi
-    sleep 1
-  done
-  grep -q success "$home/updateTopic.out" || { cat "$home/updateTopic.out" >&2; exit 1; }
+  start_system "$system" "$holder" "$home" "$CP"
+  create_topic "$home" "$TOPIC" "$QUEUES"
 
   # Messages in a topic's queues on this broker, from the unchanged mqadmin.
   stored() {

@@ -209,6 +209,24 @@ async fn past_the_retry_maximum_a_message_goes_to_the_dead_letter_topic() {
 }
 
 #[tokio::test]
+async fn the_groups_retry_max_times_decides_when_a_popped_message_is_dead() {
+    let mut h = Harness::new();
+    h.create_topic("Poison", 1).await;
+    let mut config = quiver_wire::body::SubscriptionGroupConfig::named(GROUP);
+    config.retry_max_times = 2;
+    h.broker.groups.update(config, h.now_ms).expect("group");
+    h.send("Poison", b"never acked", &on_queue(0)).await;
+    for round in 0..=2 {
+        let answer = h.call(pop_request("Poison", 1, 1_000)).await;
+        assert_eq!(answer.code, response_code::SUCCESS, "round {round}");
+        h.advance(1_001);
+        revive_due(&h.broker, h.now_ms).await;
+    }
+    let dead = h.pull(&format!("%DLQ%{GROUP}"), "reader", 0, 0).await;
+    assert_eq!(messages(&dead).len(), 1, "dead after 2 retries, not 16");
+}
+
+#[tokio::test]
 async fn a_longer_invisible_time_keeps_a_message_from_coming_back() {
     let mut h = Harness::new();
     assert_eq!(h.create_topic("Slow", 1).await.code, response_code::SUCCESS);
