@@ -261,26 +261,21 @@ impl ConsumerOffsets {
 
     /// Forgets every offset of `group` (a deleted subscription group with cleanOffset).
     pub fn remove_group(&self, group: &str) -> bool {
-        let mut table = self.table.lock().expect("offset table lock poisoned");
-        let before = table.offset_table.len();
-        let other_group = |k: &String| k.rsplit_once('@').is_none_or(|(_, g)| g != group);
-        table.offset_table.retain(|k, _| other_group(k));
-        table.committed_here.retain(|k, _| other_group(k));
-        table.resets.retain(|k, _| other_group(k));
-        let removed = table.offset_table.len() != before;
-        if removed {
-            self.dirty.store(true, Ordering::Release);
-        }
-        removed
+        self.remove_keys(|key| key.rsplit_once('@').is_some_and(|(_, g)| g == group))
     }
 
     /// Forgets every group's offsets on `topic` (a deleted topic). Returns whether any went.
     pub fn remove_topic(&self, topic: &str) -> bool {
+        self.remove_keys(|key| key.split_once('@').is_some_and(|(t, _)| t == topic))
+    }
+
+    /// Forgets every "topic@group" entry `gone` picks; true when an offset went.
+    fn remove_keys(&self, gone: impl Fn(&str) -> bool) -> bool {
         let mut table = self.table.lock().expect("offset table lock poisoned");
         let before = table.offset_table.len();
-        let other_topic = |k: &String| k.split_once('@').is_none_or(|(t, _)| t != topic);
-        table.offset_table.retain(|k, _| other_topic(k));
-        table.committed_here.retain(|k, _| other_topic(k));
+        table.offset_table.retain(|key, _| !gone(key));
+        table.committed_here.retain(|key, _| !gone(key));
+        table.resets.retain(|key, _| !gone(key));
         let removed = table.offset_table.len() != before;
         if removed {
             self.dirty.store(true, Ordering::Release);

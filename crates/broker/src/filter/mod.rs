@@ -1,5 +1,5 @@
 //! Which messages of a topic a subscription wants. A TAG subscription is judged by the tag code
-//! in each ConsumeQueue entry, before any record is read. A SQL92 subscription (`sql.rs`) needs
+//! in each ConsumeQueue entry, before any record is read. A SQL92 subscription (`sql/`) needs
 //! the message's properties, which only the CommitLog record holds, so it is judged after the
 //! read (`read_matching`); TAG subscriptions never parse a property.
 
