@@ -97,7 +97,7 @@ pub struct BrokerConfig {
     pub enable_property_filter: bool,
     /// `transactionTimeOut`, `transactionCheckInterval`, `transactionCheckMax`: a half message
     /// unresolved this long (ms) is checked with its producer, every interval (ms), at most
-    /// this many times; see `transaction.rs`.
+    /// this many times; see `transaction/`.
     pub transaction: crate::transaction::CheckConfig,
 }
 

@@ -138,7 +138,7 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
     let shape = topic_shape(broker, &header, dead_lettered)?;
     topic_writable(&header.topic, shape.perm)?;
     // A transaction's half message is stored in the half topic, out of consumers' sight, until
-    // END_TRANSACTION or the check decides it (`transaction.rs`).
+    // END_TRANSACTION or the check decides it (`transaction/`).
     let half = is_transaction_half(&header.properties, header.reconsume_times);
     if half && batch {
         return Err(Refusal::new(

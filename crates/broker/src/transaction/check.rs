@@ -1,0 +1,294 @@
+//! The check: every `transactionCheckInterval` a round looks at the halves not yet decided,
+//! writes the op record of one whose committed copy a crash left without it, asks a producer
+//! of the group about one past its time (CHECK_TRANSACTION_STATE), and moves one checked
+//! `transactionCheckMax` times to `TRANS_CHECK_MAX_TIME_TOPIC`.
+
+use super::*;
+
+/// The check task: a round every `transactionCheckInterval`, and the progress put in the
+/// offset table every second.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let config = broker.config.transaction;
+    let mut progress = tokio::time::interval(Duration::from_millis(PROGRESS_INTERVAL_MS));
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut round = tokio::time::interval(Duration::from_millis(config.interval_ms));
+    round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick of an interval is at once; a round just after start would find little.
+    round.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = progress.tick() => {}
+            _ = round.tick() => {
+                let report = check_round(&broker, now_ms()).await;
+                if report != CheckReport::default() {
+                    tracing::info!(?report, "transaction check round");
+                }
+            }
+        }
+        broker
+            .transactions
+            .commit_progress(&broker.store, &broker.offsets);
+    }
+    broker
+        .transactions
+        .commit_progress(&broker.store, &broker.offsets);
+}
+
+/// What one check round did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// CHECK_TRANSACTION_STATE requests sent.
+    pub checked: usize,
+    /// Halves due a check whose producer group has no connection (counted as checked).
+    pub no_producer: usize,
+    /// Halves found committed before a crash lost their op record; decided now.
+    pub found_committed: usize,
+    /// Halves moved to TRANS_CHECK_MAX_TIME_TOPIC after `transactionCheckMax` checks.
+    pub discarded: usize,
+}
+
+/// One check round at `now_ms`: every undecided half older than its immunity is checked with
+/// its producer, found committed, or moved aside.
+pub async fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
+    let transactions = &broker.transactions;
+    transactions.commit_progress(&broker.store, &broker.offsets);
+    let mut report = CheckReport::default();
+    let end = broker.store.bounds(HALF_TOPIC, 0).max_offset;
+    let (mut offset, _) = transactions.progress();
+    let mut looked_at = 0;
+    'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
+        let read = match broker.store.read(
+            HALF_TOPIC,
+            0,
+            offset,
+            READ_MESSAGES_MAX,
+            READ_BYTES_MAX,
+            &|_| true,
+        ) {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::warn!(offset, %error, "cannot read half messages; the check tries again next round");
+                break;
+            }
+        };
+        if read.status != ReadStatus::Found {
+            if read.next_offset <= offset {
+                break;
+            }
+            offset = read.next_offset;
+            continue;
+        }
+        for half in decode_all(&read.bytes) {
+            let half_offset = half.queue_offset as u64;
+            if transactions.is_settled(half_offset) {
+                continue;
+            }
+            looked_at += 1;
+            match due(&half, &broker.config.transaction, now_ms) {
+                Due::Later => continue,
+                // Halves are stored in born order, give or take the producers' clocks: the
+                // ones after a young one are young too.
+                Due::NotYet => break 'scan,
+                Due::Now => {}
+            }
+            resolve(broker, half, now_ms, &mut report).await;
+        }
+        offset = read.next_offset.max(offset + 1);
+    }
+    transactions.commit_progress(&broker.store, &broker.offsets);
+    report
+}
+
+enum Due {
+    Now,
+    /// Too young, and so are the halves after it.
+    NotYet,
+    /// Its producer asked for a longer wait (CHECK_IMMUNITY_TIME_IN_SECONDS): skip it only.
+    Later,
+}
+
+/// Whether a half is due a check, by RocketMQ's rule: its age since born is past
+/// `transactionTimeOut`, or past the immunity time it carries when that is longer. A born time
+/// ahead of the broker's clock counts as due, as in RocketMQ.
+fn due(half: &StoredMessage, config: &CheckConfig, now_ms: i64) -> Due {
+    let age_ms = now_ms - half.born_timestamp;
+    let timeout_ms = config.timeout_ms as i64;
+    match half.property(property::CHECK_IMMUNITY_TIME_IN_SECONDS) {
+        Some(seconds) => {
+            let immunity_ms = seconds
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .map_or(timeout_ms, |s| s.saturating_mul(1_000).max(timeout_ms));
+            if (0..=immunity_ms).contains(&age_ms) {
+                Due::Later
+            } else {
+                Due::Now
+            }
+        }
+        None if (0..=timeout_ms).contains(&age_ms) => Due::NotYet,
+        None => Due::Now,
+    }
+}
+
+/// Decides or checks one half that is due.
+async fn resolve(broker: &Broker, half: StoredMessage, now_ms: i64, report: &mut CheckReport) {
+    let half_offset = half.queue_offset as u64;
+    if has_committed_copy(broker, &half) {
+        tracing::warn!(
+            half_offset,
+            "half message committed before a crash lost its op record; recording the decision"
+        );
+        if write_decision(broker, &half, Vec::new(), now_ms).await {
+            report.found_committed += 1;
+        }
+        return;
+    }
+    if broker.transactions.checks_sent(half_offset) >= broker.config.transaction.check_max {
+        match discarded_record(broker, &half) {
+            Ok(record) => {
+                tracing::warn!(
+                    half_offset,
+                    uniq_key = half.property(property::UNIQ_KEY).unwrap_or_default(),
+                    "half message checked {} times without a decision: moved to {CHECK_MAX_TOPIC}",
+                    broker.config.transaction.check_max
+                );
+                if write_decision(broker, &half, vec![record], now_ms).await {
+                    report.discarded += 1;
+                }
+            }
+            Err(error) => tracing::error!(half_offset, %error, "cannot move a half message aside"),
+        }
+        return;
+    }
+    broker.transactions.count_check(half_offset);
+    if send_check(broker, &half) {
+        report.checked += 1;
+    } else {
+        report.no_producer += 1;
+    }
+}
+
+/// Writes `records` and then the op record for `half`, as one append, if nothing else decides
+/// it first. Returns whether it was written.
+async fn write_decision(
+    broker: &Broker,
+    half: &StoredMessage,
+    mut records: Vec<Record>,
+    now_ms: i64,
+) -> bool {
+    let half_offset = half.queue_offset as u64;
+    let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
+    if !broker.transactions.claim(half_offset, op_end) {
+        return false;
+    }
+    match op_record(broker, half_offset, now_ms) {
+        Ok(record) => records.push(record),
+        Err(error) => {
+            broker.transactions.abandoned(half_offset);
+            tracing::error!(half_offset, %error, "cannot build a transaction op record");
+            return false;
+        }
+    }
+    match stored::append(&broker.store, records).await {
+        Ok(outcome) => {
+            let op_offset = outcome.entries.last().map_or(0, |e| e.queue_offset);
+            let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
+            broker.transactions.decided(half_offset, op_offset, op_end);
+            true
+        }
+        Err(error) => {
+            broker.transactions.abandoned(half_offset);
+            tracing::warn!(half_offset, %error, "writing a transaction decision failed; next round tries again");
+            false
+        }
+    }
+}
+
+/// Whether the real topic holds a committed copy of `half`: same UNIQ_KEY, commit bits, and
+/// the half's position as prepared-transaction offset.
+fn has_committed_copy(broker: &Broker, half: &StoredMessage) -> bool {
+    let (Some(uniq), Ok((topic, _))) = (half.property(property::UNIQ_KEY), real_queue(half)) else {
+        return false;
+    };
+    let found = match broker
+        .store
+        .query_by_key(&topic, &uniq, COPIES_SEARCHED_MAX, 0, i64::MAX)
+    {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::warn!(%topic, %error, "cannot search for a committed copy of a half message");
+            return false;
+        }
+    };
+    found.iter().any(|bytes| {
+        StoredMessage::decode(bytes, false).is_ok_and(|(copy, _)| {
+            copy.topic == topic
+                && copy.prepared_transaction_offset == half.physical_offset
+                && copy.sys_flag & sys_flag::TRANSACTION_MASK == sys_flag::TRANSACTION_COMMIT
+        })
+    })
+}
+
+/// The copy of a half checked too often, for TRANS_CHECK_MAX_TIME_TOPIC (created on first use
+/// with one queue, as RocketMQ creates it).
+fn discarded_record(broker: &Broker, half: &StoredMessage) -> Result<Record, String> {
+    match broker
+        .topics
+        .create_if_absent(topic_config(CHECK_MAX_TOPIC, 1, PERM_READ | PERM_WRITE))
+    {
+        Ok(true) => broker.topics_changed(),
+        Ok(false) => {}
+        Err(error) => return Err(error.to_string()),
+    }
+    let mut message = half.clone();
+    message.topic = CHECK_MAX_TOPIC.to_string();
+    message.queue_id = 0;
+    stored::record_of(&message)
+}
+
+/// Sends CHECK_TRANSACTION_STATE for `half` to one connection of its producer group, as
+/// RocketMQ's `sendCheckMessage`: the header names the half, the body is the message with its
+/// real topic and queue. False when no producer of the group is connected.
+fn send_check(broker: &Broker, half: &StoredMessage) -> bool {
+    let Some(group) = half.property(property::PRODUCER_GROUP) else {
+        return false;
+    };
+    let producers: Vec<_> = broker
+        .clients
+        .producers(&group)
+        .into_iter()
+        .filter(|(_, connection)| !connection.is_closed())
+        .collect();
+    if producers.is_empty() {
+        tracing::warn!(%group, "no producer of the group is connected to check a transaction");
+        return false;
+    }
+    let (_, connection) = &producers[half.queue_offset as usize % producers.len()];
+    let Ok((topic, queue_id)) = real_queue(half) else {
+        return false;
+    };
+    let uniq = half.property(property::UNIQ_KEY);
+    let header = CheckTransactionStateRequestHeader {
+        topic: HALF_TOPIC.to_string(),
+        tran_state_table_offset: half.queue_offset,
+        commit_log_offset: half.physical_offset,
+        msg_id: uniq.clone(),
+        transaction_id: uniq,
+        offset_msg_id: half.offset_msg_id(),
+        broker_name: broker.config.broker_name.clone(),
+    };
+    let mut message = half.clone();
+    message.topic = topic;
+    message.queue_id = queue_id;
+    let mut body = Vec::with_capacity(message.encoded_len());
+    if let Err(error) = message.encode(&mut body) {
+        tracing::error!(%error, "cannot encode a half message for its check");
+        return false;
+    }
+    let request = Command::request(request_code::CHECK_TRANSACTION_STATE, Encoding::Json)
+        .with_ext(header.to_ext())
+        .with_body(body);
+    connection.send_oneway(request)
+}
