@@ -124,21 +124,33 @@ impl SubscriptionGroups {
     /// autoCreateSubscriptionGroup is on (or the name is a system group's): None means the
     /// group does not exist and may not be created (RocketMQ's SUBSCRIPTION_GROUP_NOT_EXIST).
     pub fn find(&self, group: &str, now_ms: i64) -> Option<SubscriptionGroupConfig> {
+        self.find_with(group, now_ms, SubscriptionGroupConfig::clone)
+    }
+
+    /// What `read` takes from the group's settings, found or created as `find` does, without
+    /// copying them: pulls and pops ask on every request.
+    pub fn find_with<R>(
+        &self,
+        group: &str,
+        now_ms: i64,
+        read: impl FnOnce(&SubscriptionGroupConfig) -> R,
+    ) -> Option<R> {
         let mut table = self.lock();
         if let Some(config) = table.subscription_group_table.get(group) {
-            return Some(config.clone());
+            return Some(read(config));
         }
         let may_create = self.auto_create() || group.starts_with(SYSTEM_GROUP_PREFIX);
         if !may_create || validate_group(group).is_err() {
             return None;
         }
         let config = SubscriptionGroupConfig::named(group);
+        let answer = read(&config);
         table
             .subscription_group_table
-            .insert(group.to_string(), config.clone());
+            .insert(group.to_string(), config);
         self.changed(&mut table, now_ms);
         tracing::info!(%group, "subscription group created on first use");
-        Some(config)
+        Some(answer)
     }
 
     /// The group's settings, without creating it.

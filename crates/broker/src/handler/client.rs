@@ -43,7 +43,7 @@ pub fn heartbeat(call: &Call, request: &Command) -> Handled {
     data.consumer_data_set.retain(|consumer| {
         let known = broker
             .groups
-            .find(&consumer.group_name, call.now_ms)
+            .find_with(&consumer.group_name, call.now_ms, |_| ())
             .is_some();
         if !known {
             tracing::warn!(group = %consumer.group_name, "heartbeat of a consumer group that does not exist");

@@ -69,7 +69,7 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
     // made-up names. A group is created here when autoCreateSubscriptionGroup allows.
     if broker
         .groups
-        .find(&header.consumer_group, call.now_ms)
+        .find_with(&header.consumer_group, call.now_ms, |_| ())
         .is_none()
     {
         return Err(Refusal::new(

@@ -241,18 +241,21 @@ fn pull_once(
 /// created), may consume, and may consume by broadcast if its consumers do.
 pub(super) fn group_may_consume(call: &Call, group: &str) -> Result<(), Refusal> {
     let broker = call.broker;
-    let Some(config) = broker.groups.find(group, call.now_ms) else {
+    let flags = broker.groups.find_with(group, call.now_ms, |config| {
+        (config.consume_enable, config.consume_broadcast_enable)
+    });
+    let Some((consume_enable, broadcast_enable)) = flags else {
         let remark = format!("subscription group [{group}] does not exist");
         return Err(Refusal::new(
             response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
             remark,
         ));
     };
-    if !config.consume_enable {
+    if !consume_enable {
         let remark = format!("subscription group no permission, {group}");
         return Err(Refusal::new(response_code::NO_PERMISSION, remark));
     }
-    if !config.consume_broadcast_enable && broker.clients.is_broadcasting(group) {
+    if !broadcast_enable && broker.clients.is_broadcasting(group) {
         let remark = format!("the consumer group[{group}] can not consume by broadcast way");
         return Err(Refusal::new(response_code::NO_PERMISSION, remark));
     }

@@ -58,8 +58,8 @@ fn prepare(call: &Call, request: &Command) -> Result<(Record, String), Refusal> 
     let max_reconsume_times = header.max_reconsume_times.unwrap_or_else(|| {
         broker
             .groups
-            .find(&header.group, call.now_ms)
-            .map_or(MAX_RECONSUME_TIMES_DEFAULT, |group| group.retry_max_times)
+            .find_with(&header.group, call.now_ms, |group| group.retry_max_times)
+            .unwrap_or(MAX_RECONSUME_TIMES_DEFAULT)
     });
     let dead = original.reconsume_times >= max_reconsume_times || header.delay_level < 0;
     let destination = if dead {
