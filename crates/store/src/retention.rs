@@ -5,7 +5,9 @@
 //! never the last one, which the appender writes. Order matters for concurrent readers: the
 //! minimum position and queue offsets move up first, so that new reads answer "offset too
 //! small" instead of finding entries whose bytes are gone; files are unlinked last (a reader
-//! already holding a handle keeps reading the unlinked file).
+//! already holding a handle keeps reading the unlinked file for up to a second, after which
+//! the segment's blocks are freed a step at a time on the retention thread, so that freeing
+//! 1 GiB never stalls the writer at once: see `Segments::delete`).
 
 use std::io;
 use std::path::Path;

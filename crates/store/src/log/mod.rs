@@ -142,9 +142,9 @@ impl Log {
         self.min_position.fetch_max(position, Ordering::AcqRel);
     }
 
-    /// Deletes and forgets a segment (retention).
+    /// Deletes and forgets a sealed segment, freeing its blocks on this thread (retention).
     pub fn remove_segment(&self, base: u64) -> io::Result<()> {
-        self.segments.remove(base)
+        self.segments.delete(base)
     }
 
     /// Whether `position` lies in a range recovery found damaged.
