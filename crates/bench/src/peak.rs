@@ -1,8 +1,9 @@
 //! `quiver bench peak`: seed 000's peak finding. Senders are raised step by step until
 //! throughput stops rising (less than `--gain-min-percent` over the best step so far),
-//! failures appear or p99 passes `--p99-limit-ms`; the report gives the peak, the knee where
-//! latency starts to climb faster than throughput, and the daily load to plan for: a third to a
-//! half of the peak, which leaves room for bursts of two to three times the daily load.
+//! failures appear or p99 passes `--p99-limit-ms`; the report gives the peak, the knee past
+//! which added senders mostly wait (latency starts to climb faster than throughput), and the
+//! daily load to plan for: a third to a half of the peak, which leaves room for bursts of two
+//! to three times the daily load.
 
 use std::path::PathBuf;
 
@@ -130,6 +131,33 @@ fn tps(point: &PointRecord) -> f64 {
     point.summary.throughput.messages_per_s
 }
 
+/// How far above the line from the first step to the peak a step must lie to be a knee, as
+/// a share of the normalised range.
+const KNEE_MIN_LIFT: f64 = 0.1;
+
+/// The index of the knee among `steps` (sender counts rising, the last one the peak): the
+/// step farthest above the straight line from the first step to the last, if any lies
+/// `KNEE_MIN_LIFT` above it.
+fn knee_index(steps: &[PointRecord]) -> Option<usize> {
+    let (first, last) = (steps.first()?, steps.last()?);
+    let threads_span = f64::from(last.scenario.threads) - f64::from(first.scenario.threads);
+    let tps_span = tps(last) - tps(first);
+    if steps.len() < 3 || threads_span <= 0.0 || tps_span <= 0.0 {
+        return None;
+    }
+    let lift = |step: &PointRecord| {
+        let x = (f64::from(step.scenario.threads) - f64::from(first.scenario.threads)) / threads_span;
+        let y = (tps(step) - tps(first)) / tps_span;
+        y - x
+    };
+    let (index, highest) = steps[1..steps.len() - 1]
+        .iter()
+        .enumerate()
+        .map(|(i, step)| (i + 1, lift(step)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    (highest >= KNEE_MIN_LIFT).then_some(index)
+}
+
 /// The peak, the knee and the plan from the steps run; None without a step.
 pub fn verdict(
     points: &[PointRecord],
@@ -145,24 +173,27 @@ pub fn verdict(
         .filter(healthy)
         .max_by(|a, b| tps(a).total_cmp(&tps(b)))
         .or_else(|| points.iter().max_by(|a, b| tps(a).total_cmp(&tps(b))))?;
-    // In a closed loop senders = throughput x latency, so a step raises latency by more than it
-    // raises throughput exactly when most of the added senders only wait in a queue: the knee
-    // is the step before the first such one.
-    let crossing = points.windows(2).find(|pair| {
-        let rt_ratio = pair[1].average_rt_ms / pair[0].average_rt_ms.max(1e-9);
-        let tps_ratio = tps(&pair[1]) / tps(&pair[0]).max(1e-9);
-        rt_ratio > tps_ratio
-    });
-    let knee = crossing.map_or(points.last()?, |pair| &pair[0]);
-    let knee_words = match crossing {
+    // The knee is read from the steps up to the peak: normalise senders and throughput to
+    // [0, 1] between the first step and the peak; the knee is the step farthest above the
+    // straight line between them (Satopää et al.'s "Kneedle"). Up to it each added sender
+    // bought more throughput than the average step to the peak; past it added senders mostly
+    // wait, so latency climbs faster than throughput. A curve that never rises clearly above
+    // that line (a tenth of the range) has no knee before its peak.
+    let peak_index = points
+        .iter()
+        .position(|point| std::ptr::eq(point, peak))
+        .unwrap_or(points.len() - 1);
+    let knee_index = knee_index(&points[..=peak_index]);
+    let knee = &points[knee_index.unwrap_or(peak_index)];
+    let knee_words = match knee_index {
         Some(_) => format!(
-            "Knee: {} senders ({:.0} msg/s, mean RT {:.3} ms); past it, added senders raise latency more than throughput: they mostly wait.",
+            "Knee: {} senders ({:.0} msg/s, mean RT {:.3} ms); up to it added senders raised throughput most, past it they mostly wait and latency climbs faster than throughput.",
             knee.scenario.threads,
             tps(knee),
             knee.average_rt_ms
         ),
         None => format!(
-            "Knee: not reached; up to {} senders every step raised throughput at least as much as latency.",
+            "Knee: not reached; up to the peak at {} senders throughput rose about in step with the senders.",
             knee.scenario.threads
         ),
     };
@@ -436,7 +467,7 @@ mod tests {
         let verdict = verdict(&points, RULES, "2 sends failed at 16 senders").expect("verdict");
         assert_eq!(verdict.peak_threads, 8, "the failing step is not the peak");
         assert_eq!(verdict.peak_tps, 13_000.0);
-        // 2 -> 4: RT x1.32 < TPS x1.5; 4 -> 8: RT x1.85 > TPS x1.08: the knee is 4.
+        // Between (1, 4000) and the peak (8, 13000), 4 senders lie farthest above the line.
         assert_eq!(verdict.knee_threads, 4);
         assert!((verdict.plan_low_tps - 4_333.3).abs() < 0.1);
         assert_eq!(verdict.plan_high_tps, 6_500.0);
@@ -453,7 +484,17 @@ mod tests {
         ];
         let verdict = super::verdict(&rising, RULES, "").expect("verdict");
         assert_eq!(verdict.knee_threads, 2);
-        assert!(verdict.words[1].starts_with("Knee: not reached; up to 2 senders"));
+        assert!(verdict.words[1].starts_with("Knee: not reached; up to the peak at 2 senders"));
+        // Throughput rising in step with the senders has no knee before its peak.
+        let straight = [
+            step(1, 4_000.0, 0.25, 1.0, 0),
+            step(2, 8_000.0, 0.25, 1.0, 0),
+            step(4, 16_000.0, 0.25, 1.0, 0),
+            step(8, 32_000.0, 0.25, 1.0, 0),
+        ];
+        let verdict = super::verdict(&straight, RULES, "").expect("verdict");
+        assert_eq!(verdict.knee_threads, 8);
+        assert!(verdict.words[1].starts_with("Knee: not reached"));
     }
 
     #[test]
@@ -475,7 +516,7 @@ mod tests {
         assert_eq!((verdict.peak_threads, verdict.peak_tps), (30, 45_000.0));
         assert_eq!(
             verdict.knee_threads, 10,
-            "3072 B: 10 -> 30 raised RT x2.4, TPS x1.1"
+            "3072 B: 10 senders took 92% of the way to the peak's throughput"
         );
         assert_eq!(
             verdict.words[3],
