@@ -7,12 +7,15 @@
 #
 #   bench/non-persistent.sh                   # 10 s warm-up, 30 s measured per run
 #   WARMUP_S=5 DURATION_S=15 RATES="8000" bench/non-persistent.sh
-#   BATCH=4 bench/non-persistent.sh           # client-side batching: 4 messages per send
+#   BATCH=4 bench/non-persistent.sh           # every send a batch of 4 messages
+#   CLIENT_BATCH=1000 bench/non-persistent.sh # pulsar-perf's client-side batching: each producer
+#                                             # sends what its senders gave it within 1 ms, up
+#                                             # to 1000 messages (pulsar-perf's defaults)
 #
 # Each system runs in a private network namespace holding only `lo` (needs root for unshare),
 # as bench/compare.sh. Not run in CI. The end-to-end figures come from `quiver bench consume`,
-# which computes them from the born timestamp RocketMQ messages carry: whole milliseconds, so a
-# p99 of 1 ms means "within the millisecond tick or the next".
+# which computes them from the microsecond send time `quiver bench produce` puts in each message
+# (producer and consumer share the machine's clock).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,6 +24,7 @@ WARMUP_S=${WARMUP_S:-10}
 DURATION_S=${DURATION_S:-30}
 RATES=${RATES:-"5000 8000"}
 BATCH=${BATCH:-1}
+CLIENT_BATCH=${CLIENT_BATCH:-}
 # Each producer keeps up to this many sends in flight, as pulsar-perf's producers do (its
 # default is 1000): with one send in flight per producer, 5 producers cap the rate at 5 per
 # round trip, and a slower broker's latency would be the benchmark's queueing, not its own.
@@ -63,7 +67,11 @@ ROWS="$WORK/rows.tsv"
 run_one() { # HOLDER SYSTEM TOPIC_KIND TOPIC RATE
   local holder=$1 system=$2 kind=$3 topic=$4 rate=$5
   local name="$system-$kind-$rate" group="np_bench_$RANDOM"
-  echo "== $name: consumer, then 5 producers at $rate msg/s of 4 KiB (batch $BATCH, window $WINDOW)"
+  local sending=(--batch "$BATCH" --async --async-window "$WINDOW")
+  if [ -n "$CLIENT_BATCH" ]; then
+    sending=(--batch-max-messages "$CLIENT_BATCH" --batch-max-publish-delay-ms 1)
+  fi
+  echo "== $name: consumer, then 5 producers at $rate msg/s of 4 KiB (${sending[*]})"
   in_ns "$holder" "$QUIVER" bench consume -n 127.0.0.1:9876 -t "$topic" -g "$group" --from last \
     --warmup "$((WARMUP_S + 1))" --duration "$((DURATION_S - 2))" --report-interval 5 \
     --json "$WORK/$name-consume.json" >"$WORK/$name-consume.txt" 2>&1 &
@@ -71,7 +79,7 @@ run_one() { # HOLDER SYSTEM TOPIC_KIND TOPIC RATE
   # The consumer's first report line says it has its queues and is pulling.
   wait_for_line "$WORK/$name-consume.txt" '.' 30
   in_ns "$holder" "$QUIVER" bench produce -n 127.0.0.1:9876 -t "$topic" --producers 5 -w 5 \
-    -s 4096 --rate "$rate" --batch "$BATCH" --async --async-window "$WINDOW" --warmup "$WARMUP_S" --duration "$DURATION_S" \
+    -s 4096 --rate "$rate" "${sending[@]}" --warmup "$WARMUP_S" --duration "$DURATION_S" \
     --report-interval 5 --json "$WORK/$name.json" >"$WORK/$name.txt" 2>&1
   wait "$consumer" || true
   jq -r --arg name "$name" --slurpfile c "$WORK/$name-consume.json" \

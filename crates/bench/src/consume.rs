@@ -1,6 +1,8 @@
 //! `quiver bench consume`: a clustering push consumer that records, for every message, the
 //! time from its birth on the producer (B2C) and from its storage on the broker (S2C) to its
-//! arrival here. Both use millisecond wall clocks, as the Java benchmark consumer does.
+//! arrival here. Both use millisecond wall clocks, as the Java benchmark consumer does, except
+//! that B2C of a message sent by `quiver bench produce`, `sweep` or `peak` is measured from the
+//! microsecond send time it carries (`SENT_US_PROPERTY`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use tokio::time::Instant;
 use crate::histogram::{new_histogram, Percentiles, Recorder, SHARDS_MAX};
 use crate::machine::{process_cpu_s, Machine};
 use crate::report::{progress, ConsumeInterval, Counters, Goal, MeasureStart, Summary};
+use crate::produce::SENT_US_PROPERTY;
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ConsumeArgs};
 
@@ -51,17 +54,27 @@ impl Tally {
     }
 
     fn consumed(&self, queue: &MessageQueue, messages: &[StoredMessage]) {
-        let now_ms = std::time::SystemTime::now()
+        let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis() as i64);
+            .map_or(0, |elapsed| elapsed.as_micros() as i64);
+        let now_ms = now_us / 1_000;
         let shard = queue.queue_id as usize;
         let mut bytes = 0;
         for message in messages {
             // Clocks of other hosts may run ahead; a negative span is recorded as the minimum.
-            // A producer sets the born time: a corrupt one must not overflow.
-            let b2c_ms = now_ms.saturating_sub(message.born_timestamp).max(0) as u64;
+            // A producer sets the born time: a corrupt one must not overflow. A message from
+            // the bench's own producers carries its send time in microseconds: born-to-consume
+            // is measured from that instead, below the millisecond.
+            let sent_us = message
+                .property(SENT_US_PROPERTY)
+                .and_then(|value| value.parse::<i64>().ok());
+            let b2c_us = match sent_us {
+                Some(sent_us) => now_us.saturating_sub(sent_us).max(0) as u64,
+                None => (now_ms.saturating_sub(message.born_timestamp).max(0) as u64)
+                    .saturating_mul(1_000),
+            };
             let s2c_ms = now_ms.saturating_sub(message.store_timestamp).max(0) as u64;
-            self.b2c.record(shard, b2c_ms.saturating_mul(1_000));
+            self.b2c.record(shard, b2c_us);
             self.s2c.record(shard, s2c_ms.saturating_mul(1_000));
             bytes += message.body.len() as u64;
         }
@@ -114,7 +127,8 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
     };
     println!(
         "quiver bench consume: topic {}, group {}, expression {}, {assigned}, name server {}\n\
-         B2C and S2C come from millisecond timestamps (0.001 ms means under 1 ms)\nmachine: {}",
+         S2C comes from millisecond timestamps (0.001 ms means under 1 ms), and so does B2C except for \
+         messages from quiver bench, which carry their send time in microseconds\nmachine: {}",
         args.topic,
         args.group,
         args.expression,
@@ -295,5 +309,67 @@ async fn report_loop(
             let b2c = summary.latency;
             return (intervals, summary, b2c, s2c, stop);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    fn stored(born_ms: i64, properties: String) -> StoredMessage {
+        let host = SocketAddr::from((Ipv4Addr::LOCALHOST, 10911));
+        StoredMessage {
+            queue_id: 0,
+            flag: 0,
+            queue_offset: 0,
+            physical_offset: 0,
+            sys_flag: 0,
+            born_timestamp: born_ms,
+            born_host: host,
+            store_timestamp: born_ms,
+            store_host: host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body: bytes::Bytes::from_static(b"x"),
+            topic: "T".to_owned(),
+            properties,
+        }
+    }
+
+    #[test]
+    fn born_to_consume_uses_the_microsecond_send_time_when_the_message_carries_one() {
+        let queue = MessageQueue {
+            topic: "T".to_owned(),
+            broker_name: "broker-a".to_owned(),
+            queue_id: 0,
+        };
+        let wall_us = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_micros() as u64
+        };
+        // Sent 2.5 ms ago by the bench; a born timestamp alone would say 2 or 3 ms.
+        let before = wall_us();
+        let sent_us = before - 2_500;
+        let properties = format!("{SENT_US_PROPERTY}\u{1}{sent_us}\u{2}");
+        let tally = Tally::new(None);
+        tally.consumed(&queue, &[stored((sent_us / 1_000) as i64, properties)]);
+        let after = wall_us();
+        let b2c_us = tally.b2c.drain().value_at_quantile(0.5);
+        // The histogram keeps 3 significant digits: a bucket is at most 0.1% wide.
+        let (low, high) = (before - sent_us, after - sent_us);
+        assert!(
+            low * 999 / 1_000 <= b2c_us && b2c_us <= high * 1_001 / 1_000 + 1,
+            "B2C {b2c_us} us, not between {low} and {high}"
+        );
+        // Without the property: the born timestamp, whole milliseconds.
+        tally.consumed(&queue, &[stored((wall_us() / 1_000 - 3) as i64, String::new())]);
+        let b2c_us = tally.b2c.drain().value_at_quantile(0.5);
+        assert!(
+            (b2c_us + 5) % 1_000 <= 10,
+            "{b2c_us} us from a millisecond born time"
+        );
     }
 }

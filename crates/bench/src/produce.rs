@@ -462,7 +462,14 @@ async fn batch_loop(
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            let batch = vec![shared.message.clone(); starts.len()];
+            let batch: Vec<Message> = starts
+                .iter()
+                .map(|started| {
+                    let mut message = shared.message.clone();
+                    stamp(&mut message, *started);
+                    message
+                })
+                .collect();
             let result = shared.producers[index].send_batch(&batch).await;
             shared.finish_each(index, &starts, result);
             drop(permit);
@@ -591,6 +598,34 @@ async fn create_topic(
     Ok(())
 }
 
+/// The user property in which the bench's producers carry each message's send time, in
+/// microseconds since the epoch (wall clock), so that consumers on the same host measure
+/// end-to-end latency under a millisecond, which the born timestamp's milliseconds cannot.
+pub(crate) const SENT_US_PROPERTY: &str = "QBENCH_SENT_US";
+
+/// Wall-clock microseconds at `started` (an instant at or before now).
+pub(crate) fn wall_us_at(started: Instant) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros() as u64);
+    now.saturating_sub(started.elapsed().as_micros() as u64)
+}
+
+/// Sets the message's send time to `started` (see `SENT_US_PROPERTY`).
+fn stamp(message: &mut Message, started: Instant) {
+    let value = wall_us_at(started).to_string();
+    match message
+        .properties
+        .iter_mut()
+        .find(|(name, _)| name == SENT_US_PROPERTY)
+    {
+        Some((_, old)) => *old = value,
+        None => message
+            .properties
+            .push((SENT_US_PROPERTY.to_owned(), value)),
+    }
+}
+
 /// Keys as the Java benchmark sets them: the current second.
 fn with_current_key(message: &mut Message, second: &mut u64) {
     let now = std::time::SystemTime::now()
@@ -641,11 +676,13 @@ async fn send_loop(task: usize, shared: &Shared) {
                 with_current_key(&mut message, &mut second);
                 batch.iter_mut().for_each(|m| m.keys = message.keys.clone());
             }
+            batch.iter_mut().for_each(|m| stamp(m, started));
             shared.producer(task).send_batch(&batch[..count]).await
         } else {
             if shared.keys {
                 with_current_key(&mut message, &mut second);
             }
+            stamp(&mut message, started);
             shared.producer(task).send(&message).await
         };
         if !shared.finish(task, started, count, result) {
@@ -673,6 +710,7 @@ async fn send_async_loop(task: usize, shared: &Arc<Shared>, window: usize) {
         if shared.keys {
             with_current_key(&mut message, &mut second);
         }
+        stamp(&mut message, started);
         let shared = shared.clone();
         let batch = (shared.batch > 1).then(|| vec![message.clone(); count]);
         let single = message.clone();
