@@ -251,6 +251,31 @@ impl PopState {
         Claim::Taken { offsets, low }
     }
 
+    /// An admin's reset of the group's queue (INVOKE_BROKER_TO_RESET_OFFSET): the next pop
+    /// reads from `offset`, behind the cursor (messages acknowledged already come again) or
+    /// past it (messages not popped yet are skipped). Messages popped before the reset and not
+    /// acknowledged stay in flight, as RocketMQ keeps their checkpoints: their handles still
+    /// acknowledge them, and they are revived through the retry topic if they are not, so a
+    /// reset loses nothing a consumer was handed. An ordered queue is the exception, as
+    /// RocketMQ clears its block: its messages in flight and their counts are forgotten, or
+    /// the queue would stay held by messages from before the reset. A rewind over a message
+    /// still in flight hands it out again with a new invisible time; either handle
+    /// acknowledges it. False when the group never popped the queue: its first pop starts at
+    /// the committed offset, which the reset set.
+    pub fn reset(&self, key: &QueueKey, offset: u64) -> bool {
+        let mut inner = self.lock();
+        let Some(queue) = inner.queues.get_mut(key) else {
+            return false;
+        };
+        queue.cursor = offset;
+        if queue.ordered {
+            queue.in_flight.clear();
+            queue.attempts.clear();
+        }
+        self.changed();
+        true
+    }
+
     /// How many times each of `offsets` was handed out before (ordered queues).
     pub fn attempts(&self, key: &QueueKey, offsets: &[u64]) -> Vec<i32> {
         let inner = self.lock();

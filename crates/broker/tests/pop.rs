@@ -1,6 +1,7 @@
 //! Pop consumption in process: modes and assignments, pops that hand each message out once,
 //! acks, revives through the pop retry topic with the reconsume count raised, the dead-letter
-//! topic past the retry maximum, changed invisible times, and the state across a restart.
+//! topic past the retry maximum, changed invisible times, the state across a restart, and
+//! admin offset resets (INVOKE_BROKER_TO_RESET_OFFSET) that move a group's pop cursors.
 
 mod harness;
 
@@ -10,7 +11,9 @@ use quiver_broker::pop_revive::revive_due;
 use quiver_testkit::SendOptions;
 use quiver_wire::body::{self, QueryAssignmentResponseBody};
 use quiver_wire::code::{request_code, response_code};
-use quiver_wire::header::{AckMessageRequestHeader, PopMessageRequestHeader};
+use quiver_wire::header::{
+    AckMessageRequestHeader, PopMessageRequestHeader, ResetOffsetRequestHeader,
+};
 use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::{Command, Encoding};
 
@@ -435,4 +438,175 @@ async fn an_ordered_pop_holds_the_queue_until_acked_and_pops_again_in_order_afte
     let next = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
     assert_eq!(bodies(&next), ["o2", "o3"]);
     assert!(field(&next, "orderCountInfo").contains("qo0%2 0"));
+}
+
+/// `mqadmin resetOffsetByTime` for the pop group: every queue of `topic` to the first message
+/// stored at or after `timestamp`.
+fn reset_to_time(topic: &str, timestamp: i64) -> Command {
+    reset_request(topic, -1, None, timestamp)
+}
+
+fn reset_request(topic: &str, queue_id: i32, offset: Option<i64>, timestamp: i64) -> Command {
+    let header = ResetOffsetRequestHeader {
+        topic: topic.into(),
+        group: GROUP.into(),
+        timestamp,
+        is_force: true,
+        queue_id,
+        offset,
+    };
+    Command::request(request_code::INVOKE_BROKER_TO_RESET_OFFSET, Encoding::Json)
+        .with_ext(header.to_ext())
+}
+
+fn sorted_bodies(answer: &Command) -> Vec<String> {
+    let mut bodies: Vec<String> = messages(answer)
+        .iter()
+        .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+        .collect();
+    bodies.sort();
+    bodies
+}
+
+#[tokio::test]
+async fn a_reset_to_an_earlier_time_pops_acknowledged_messages_again() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.create_topic("Replay", 2).await.code,
+        response_code::SUCCESS
+    );
+    for i in 0..4 {
+        h.send("Replay", format!("a{i}").as_bytes(), &on_queue(i % 2))
+            .await;
+    }
+    h.advance(60_000);
+    let later = h.now_ms;
+    for i in 0..4 {
+        h.send("Replay", format!("b{i}").as_bytes(), &on_queue(i % 2))
+            .await;
+    }
+    let first = h.call(pop_request("Replay", 32, 30_000)).await;
+    assert_eq!(messages(&first).len(), 8);
+    for message in &messages(&first) {
+        ack(&h, "Replay", &first, message).await;
+    }
+    let done = h.call(pop_request("Replay", 32, 30_000)).await;
+    assert_eq!(done.code, response_code::PULL_NOT_FOUND, "all acknowledged");
+
+    // Back to the second batch's time: its messages, acknowledged already, come again.
+    let answer = h.call(reset_to_time("Replay", later)).await;
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    assert_eq!(h.broker.offsets.get("Replay", GROUP, 0), Some(2));
+    let again = h.call(pop_request("Replay", 32, 30_000)).await;
+    assert_eq!(sorted_bodies(&again), ["b0", "b1", "b2", "b3"]);
+    assert!(
+        !h.broker.offsets.reset_pending("Replay", GROUP, 0),
+        "the pop spent the reset: a later pull of the group is not sent back to it"
+    );
+    for message in &messages(&again) {
+        ack(&h, "Replay", &again, message).await;
+    }
+    assert_eq!(
+        h.call(pop_request("Replay", 32, 30_000)).await.code,
+        response_code::PULL_NOT_FOUND
+    );
+
+    // Back to the start: all of them.
+    h.call(reset_to_time("Replay", 0)).await;
+    let all = h.call(pop_request("Replay", 32, 30_000)).await;
+    assert_eq!(
+        sorted_bodies(&all),
+        ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+    );
+    for message in &messages(&all) {
+        ack(&h, "Replay", &all, message).await;
+    }
+
+    // One queue to one offset: queue 1 holds a1, a3, b1, b3 at offsets 0 to 3.
+    let one = h.call(reset_request("Replay", 1, Some(3), 0)).await;
+    assert_eq!(one.code, response_code::SUCCESS, "{:?}", one.remark);
+    let last = h.call(pop_request("Replay", 32, 30_000)).await;
+    assert_eq!(sorted_bodies(&last), ["b3"]);
+}
+
+#[tokio::test]
+async fn a_reset_to_a_later_time_skips_and_what_was_in_flight_still_comes_back() {
+    let mut h = Harness::new();
+    assert_eq!(h.create_topic("Skip", 1).await.code, response_code::SUCCESS);
+    for i in 0..3 {
+        h.send("Skip", format!("m{i}").as_bytes(), &on_queue(0))
+            .await;
+    }
+    h.advance(60_000);
+    let later = h.now_ms;
+    for i in 3..5 {
+        h.send("Skip", format!("m{i}").as_bytes(), &on_queue(0))
+            .await;
+    }
+    let first = h.call(pop_request("Skip", 2, 5_000)).await;
+    assert_eq!(sorted_bodies(&first), ["m0", "m1"]);
+
+    // Forward past m2, never popped: it is skipped.
+    let answer = h.call(reset_to_time("Skip", later)).await;
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    let next = h.call(pop_request("Skip", 32, 5_000)).await;
+    assert_eq!(sorted_bodies(&next), ["m3", "m4"]);
+    for message in &messages(&next) {
+        ack(&h, "Skip", &next, message).await;
+    }
+    assert_eq!(
+        h.call(pop_request("Skip", 32, 5_000)).await.code,
+        response_code::PULL_NOT_FOUND
+    );
+
+    // m0 and m1 were handed out before the reset and not acknowledged: as RocketMQ keeps
+    // their checkpoints, they come back through the retry topic when their time runs out.
+    h.advance(5_001);
+    revive_due(&h.broker, h.now_ms).await;
+    assert_eq!(h.broker.offsets.get("Skip", GROUP, 0), Some(5));
+    let back = h.call(pop_request("Skip", 32, 5_000)).await;
+    assert_eq!(sorted_bodies(&back), ["m0", "m1"]);
+    assert!(messages(&back).iter().all(|m| m.reconsume_times == 1));
+}
+
+#[tokio::test]
+async fn a_reset_frees_an_ordered_queue_held_by_messages_popped_before_it() {
+    let h = Harness::new();
+    assert_eq!(
+        h.create_topic("OrderedReset", 1).await.code,
+        response_code::SUCCESS
+    );
+    for i in 0..4 {
+        h.send("OrderedReset", format!("o{i}").as_bytes(), &on_queue(0))
+            .await;
+    }
+    let first = h
+        .call(pop_request_with("OrderedReset", 2, 60_000, true))
+        .await;
+    assert_eq!(sorted_bodies(&first), ["o0", "o1"]);
+    let held = h
+        .call(pop_request_with("OrderedReset", 2, 60_000, true))
+        .await;
+    assert_eq!(held.code, response_code::PULL_NOT_FOUND, "held until acked");
+
+    // As RocketMQ clears the queue's block: popped again from the reset at once, counted
+    // from nothing.
+    let answer = h.call(reset_to_time("OrderedReset", 0)).await;
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    let again = h
+        .call(pop_request_with("OrderedReset", 2, 60_000, true))
+        .await;
+    assert_eq!(sorted_bodies(&again), ["o0", "o1"]);
+    assert!(
+        field(&again, "orderCountInfo").contains("qo0%0 0"),
+        "{:?}",
+        again.ext
+    );
+    for message in &messages(&again) {
+        ack(&h, "OrderedReset", &again, message).await;
+    }
+    let next = h
+        .call(pop_request_with("OrderedReset", 2, 60_000, true))
+        .await;
+    assert_eq!(sorted_bodies(&next), ["o2", "o3"]);
 }

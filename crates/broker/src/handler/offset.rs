@@ -14,6 +14,7 @@ use quiver_wire::stats::ResetOffsetBody;
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal};
+use crate::pop::QueueKey;
 use crate::topic::validate_group_name;
 
 fn queue_id(id: i32) -> Result<u32, Refusal> {
@@ -205,10 +206,11 @@ fn offset_at(
 /// INVOKE_BROKER_TO_RESET_OFFSET (`mqadmin resetOffsetByTime`). With
 /// `useServerSideResetOffset` (RocketMQ 5's default) the stored offsets change at once and each
 /// queue's next pull by the group is told to move there (PULL_OFFSET_MOVED), so running and
-/// stopped consumers alike start from the reset. Without it, as RocketMQ 4 did, the offsets
-/// are sent to the group's running consumers with RESET_CONSUMER_CLIENT_OFFSET (lowered only,
-/// unless forced), and a group with none running gets CONSUMER_NOT_ONLINE, on which mqadmin
-/// sets the stored offsets itself.
+/// stopped consumers alike start from the reset; the group's pop cursors move at once too
+/// (`PopState::reset`), so its next pop of each queue reads from the reset. Without it, as
+/// RocketMQ 4 did, the offsets are sent to the group's running consumers with
+/// RESET_CONSUMER_CLIENT_OFFSET (lowered only, unless forced), and a group with none running
+/// gets CONSUMER_NOT_ONLINE, on which mqadmin sets the stored offsets itself.
 pub fn reset_offset(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = ResetOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
@@ -266,13 +268,20 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
     };
     if broker.config.use_server_side_reset_offset {
         let mut body = ResetOffsetBody::default();
+        let mut pop_cursors = 0;
         for (&queue, &offset) in &targets {
             broker
                 .offsets
                 .assign_reset(&header.topic, &header.group, queue, offset);
+            let key = QueueKey {
+                group: header.group.clone(),
+                topic: header.topic.clone(),
+                queue_id: queue,
+            };
+            pop_cursors += usize::from(broker.pop.reset(&key, offset.max(0) as u64));
             body.offset_table.insert(queue_of(queue), offset);
         }
-        tracing::info!(topic = %header.topic, group = %header.group, queues = targets.len(), timestamp = header.timestamp, "consumer offsets reset");
+        tracing::info!(topic = %header.topic, group = %header.group, queues = targets.len(), pop_cursors, timestamp = header.timestamp, "consumer offsets reset");
         return answer(
             request
                 .response_to(response_code::SUCCESS)

@@ -258,6 +258,12 @@ fn pop_queue(
         found.rest += bounds.max_offset.saturating_sub(cursor);
         return;
     }
+    // An admin reset moved this queue's pop cursor when it came (`PopState::reset`); the
+    // copy of it waiting for a pull is spent by a pop, as RocketMQ's pop takes it, or the
+    // group's first pull of the queue, later, would be sent back to it.
+    broker
+        .offsets
+        .take_reset(topic, &header.consumer_group, queue_id);
     let init = || {
         // A group that consumed this queue before (by pull) goes on from its committed offset.
         let committed = broker

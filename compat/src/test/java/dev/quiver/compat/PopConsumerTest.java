@@ -14,6 +14,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -35,7 +36,8 @@ import org.junit.jupiter.api.Timeout;
  * 30 s. With push (clustering) each consumer owns a queue, and the messages behind the slow one
  * in its queue wait for it. With the group switched to pop (`mqadmin setConsumeMode -m POP`,
  * and the client's `clientRebalance=false`, as RocketMQ 5 needs) the other consumer pops them
- * meanwhile. Then a message that is not acknowledged comes back with its reconsume count raised.
+ * meanwhile. Then a message that is not acknowledged comes back with its reconsume count raised,
+ * and `mqadmin resetOffsetByTime` rewinds a pop group as it rewinds a push group.
  */
 @Tag("tools")
 @Timeout(240)
@@ -222,5 +224,33 @@ class PopConsumerTest {
         Compat.waitUntil("the message to come back", Compat.WAIT, () -> attempts.containsKey(1));
         assertEquals(topic + "/try again", attempts.get(0));
         assertEquals(topic + "/try again", attempts.get(1));
+    }
+
+    @Test
+    void resetOffsetByTimeRewindsAPopGroup() throws Exception {
+        mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
+        String topic = Compat.createTopic(producer, "pop_reset", 1);
+        String group = Compat.unique("pop_reset_group");
+        String set = Tools.mqadmin("setConsumeMode", "-c", "DefaultCluster", "-t", topic, "-g", group, "-m", "POP", "-q", "0");
+        assertTrue(set.contains("success"), set);
+        AtomicInteger got = new AtomicInteger();
+        DefaultMQPushConsumer consumer = Compat.pushConsumer(group);
+        consumer.setClientRebalance(false);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            got.addAndGet(messages.size());
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumers.add(consumer);
+        consumer.start();
+        for (int i = 0; i < 5; i++) {
+            String key = "r" + i;
+            SendResult sent = producer.send(new Message(topic, "T", key, key.getBytes(UTF_8)));
+            assertEquals(SendStatus.SEND_OK, sent.getSendStatus());
+        }
+        Compat.waitUntil("the pop group consumes 5", Compat.WAIT, () -> got.get() >= 5);
+        String reset = Tools.mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", "0");
+        assertTrue(!reset.contains("Exception"), reset);
+        Compat.waitUntil("the pop group gets the 5 again", Duration.ofSeconds(90), () -> got.get() >= 10);
     }
 }
