@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder, SHARDS_MAX};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, ConsumeInterval, Counters, Goal, MeasureStart, Summary};
 use crate::produce::SENT_US_PROPERTY;
+use crate::report::{progress, ConsumeInterval, Counters, Goal, MeasureStart, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{lookup_error, write_json, BenchError, ConsumeArgs};
 
@@ -365,7 +365,10 @@ mod tests {
             "B2C {b2c_us} us, not between {low} and {high}"
         );
         // Without the property: the born timestamp, whole milliseconds.
-        tally.consumed(&queue, &[stored((wall_us() / 1_000 - 3) as i64, String::new())]);
+        tally.consumed(
+            &queue,
+            &[stored((wall_us() / 1_000 - 3) as i64, String::new())],
+        );
         let b2c_us = tally.b2c.drain().value_at_quantile(0.5);
         assert!(
             (b2c_us + 5) % 1_000 <= 10,

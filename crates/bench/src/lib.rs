@@ -24,6 +24,7 @@ mod report;
 mod schedule;
 mod soak;
 mod sweep;
+mod ticker;
 
 use std::path::PathBuf;
 

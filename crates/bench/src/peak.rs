@@ -146,7 +146,8 @@ fn knee_index(steps: &[PointRecord]) -> Option<usize> {
         return None;
     }
     let lift = |step: &PointRecord| {
-        let x = (f64::from(step.scenario.threads) - f64::from(first.scenario.threads)) / threads_span;
+        let x =
+            (f64::from(step.scenario.threads) - f64::from(first.scenario.threads)) / threads_span;
         let y = (tps(step) - tps(first)) / tps_span;
         y - x
     };

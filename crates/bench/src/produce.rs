@@ -26,8 +26,9 @@ const DRAIN_GRACE_MS: u64 = 1_000;
 const FAILURE_BACKOFF: Duration = Duration::from_secs(3);
 /// How often a sleeping sender looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(50);
-/// Resolution of tokio's timer.
-const TIMER_TICK: Duration = Duration::from_millis(1);
+/// A paced sender leaves the runtime's millisecond timer this long before its due time and
+/// waits the rest on the bench's ticker.
+const COARSE_WAKE_EARLY: Duration = Duration::from_millis(3);
 /// Brokers register with the name server asynchronously, so a cluster that has just started
 /// may not list its broker or TBW102 yet: look again for this long before calling them missing.
 const REGISTRATION_GRACE_MS: u64 = 3_000;
@@ -450,11 +451,17 @@ async fn batch_loop(
     let permits = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT_MAX));
     while let Some(first) = pending.recv().await {
         let mut starts = vec![first];
-        let close_at = Instant::now() + batching.delay;
+        // The publish delay is often 1 ms: the runtime's timer alone would stretch it to 2.
+        let close = crate::ticker::sleep_until(Instant::now() + batching.delay);
+        tokio::pin!(close);
         while starts.len() < batching.most {
-            match tokio::time::timeout_at(close_at, pending.recv()).await {
-                Ok(Some(started)) => starts.push(started),
-                Ok(None) | Err(_) => break,
+            tokio::select! {
+                biased;
+                next = pending.recv() => match next {
+                    Some(started) => starts.push(started),
+                    None => break,
+                },
+                () = &mut close => break,
             }
         }
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -639,22 +646,22 @@ fn with_current_key(message: &mut Message, second: &mut u64) {
 
 /// Waits for a paced send's due time; returns the instant its latency counts from.
 ///
-/// The timer fires on whole milliseconds, at or after its deadline, so waiting for `due`
-/// itself would add up to 1 ms of the tool's own lateness to every latency. The send wakes up
-/// to 1 ms early instead, and counts from the earlier of `due` and its actual start: a send that
-/// starts early is timed from when it started (counting from `due` would leave out the part
-/// before it), and one that is late for any other reason (a stall, every sender busy) still
-/// counts from when it was due.
+/// The runtime's timer fires on whole milliseconds, at or after its deadline, so the wait
+/// starts on it (stopping when the run stops) and ends on the bench's ticker, which wakes
+/// within tens of microseconds of `due`: sends go out spread as the rate asks, not in a burst
+/// once a millisecond. A send counts from `due`, so one that is late for any reason (a stall,
+/// every sender busy) still counts from when it was due.
 /// None when the run stopped meanwhile.
 async fn wait_for(shared: &Shared, due: Option<Instant>) -> Option<Instant> {
     let Some(due) = due else {
         return Some(Instant::now());
     };
-    if let Some(wake) = due.checked_sub(TIMER_TICK) {
+    if let Some(wake) = due.checked_sub(COARSE_WAKE_EARLY) {
         if !shared.sleep_until(wake).await {
             return None;
         }
     }
+    crate::ticker::sleep_until(due).await;
     Some(due.min(Instant::now()))
 }
 
