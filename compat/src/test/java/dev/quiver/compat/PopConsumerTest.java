@@ -70,6 +70,15 @@ class PopConsumerTest {
         });
     }
 
+    /** A new group of `prefix`, switched to pop for `topic` with mqadmin, as seed 004 does. */
+    private static String popGroup(String topic, String prefix) throws Exception {
+        mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
+        String group = Compat.unique(prefix);
+        String set = Tools.mqadmin("setConsumeMode", "-c", "DefaultCluster", "-t", topic, "-g", group, "-m", "POP", "-q", "0");
+        assertTrue(set.contains("success"), set);
+        return group;
+    }
+
     /** A consumer with one consume thread; "slow" blocks it until `release` (at most 30 s). */
     private DefaultMQPushConsumer consumer(String group, String topic, boolean pop, Map<String, Integer> got,
                                            CountDownLatch slowStarted, CountDownLatch release) throws Exception {
@@ -158,11 +167,8 @@ class PopConsumerTest {
 
     @Test
     void withPopTheOtherConsumerTakesWhatIsBehindASlowMessage() throws Exception {
-        mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
         String topic = Compat.createTopic(producer, "seed004_pop", 2);
-        String group = Compat.unique("pop_group");
-        String set = Tools.mqadmin("setConsumeMode", "-c", "DefaultCluster", "-t", topic, "-g", group, "-m", "POP", "-q", "0");
-        assertTrue(set.contains("success"), set);
+        String group = popGroup(topic, "pop_group");
         Map<String, Integer> got = new ConcurrentHashMap<>();
         CountDownLatch slowStarted = new CountDownLatch(1);
         consumer(group, topic, true, got, slowStarted, release);
@@ -199,11 +205,8 @@ class PopConsumerTest {
 
     @Test
     void anUnacknowledgedPoppedMessageComesBackWithItsReconsumeCountRaised() throws Exception {
-        mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
         String topic = Compat.createTopic(producer, "pop_retry", 1);
-        String group = Compat.unique("pop_retry_group");
-        String set = Tools.mqadmin("setConsumeMode", "-c", "DefaultCluster", "-t", topic, "-g", group, "-m", "POP", "-q", "0");
-        assertTrue(set.contains("success"), set);
+        String group = popGroup(topic, "pop_retry_group");
         Map<Integer, String> attempts = new ConcurrentHashMap<>();
         DefaultMQPushConsumer consumer = Compat.pushConsumer(group);
         consumer.setClientRebalance(false);
@@ -228,11 +231,8 @@ class PopConsumerTest {
 
     @Test
     void resetOffsetByTimeRewindsAPopGroup() throws Exception {
-        mqadminUntil("broker-a in clusterList", out -> out.contains("broker-a"), "clusterList");
         String topic = Compat.createTopic(producer, "pop_reset", 1);
-        String group = Compat.unique("pop_reset_group");
-        String set = Tools.mqadmin("setConsumeMode", "-c", "DefaultCluster", "-t", topic, "-g", group, "-m", "POP", "-q", "0");
-        assertTrue(set.contains("success"), set);
+        String group = popGroup(topic, "pop_reset_group");
         AtomicInteger got = new AtomicInteger();
         DefaultMQPushConsumer consumer = Compat.pushConsumer(group);
         consumer.setClientRebalance(false);
