@@ -46,6 +46,9 @@ class PopConsumerTest {
     private DefaultMQProducer producer;
     private final List<DefaultMQPushConsumer> consumers = new ArrayList<>();
     private final CountDownLatch release = new CountDownLatch(1);
+    /** Who consumed each key, from which queue, and when: printed when an assertion fails. */
+    private final Map<String, String> seen = new ConcurrentHashMap<>();
+    private final long started = System.nanoTime();
 
     @BeforeEach
     void start() throws Exception {
@@ -106,6 +109,8 @@ class PopConsumerTest {
                     }
                 }
                 got.merge(key, 1, Integer::sum);
+                seen.put(key, consumer.getInstanceName() + " q" + message.getQueueId() + " at "
+                    + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started) + " ms");
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
@@ -160,7 +165,9 @@ class PopConsumerTest {
         // The slow message's consumer has one thread, blocked in it: what is behind it waits.
         Set<String> behindSlow = new TreeSet<>(keys("q0-", 9));
         behindSlow.retainAll(got.keySet());
-        assertEquals(Set.of(), behindSlow, "with push, queue 0 waits behind the slow message");
+        assertEquals(Set.of(), behindSlow, "with push, queue 0 waits behind the slow message; consumed: "
+            + new java.util.TreeMap<>(seen) + "; queues owned now: " + first.getInstanceName() + " "
+            + ownedQueues(first, topic) + ", " + second.getInstanceName() + " " + ownedQueues(second, topic));
         release.countDown();
         Compat.waitUntil("queue 0 after the slow message", Compat.WAIT, () -> got.keySet().containsAll(keys("q0-", 9)));
     }
