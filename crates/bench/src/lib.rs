@@ -25,6 +25,7 @@ mod schedule;
 mod soak;
 mod sweep;
 mod ticker;
+mod topic;
 
 use std::path::PathBuf;
 

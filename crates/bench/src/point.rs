@@ -112,7 +112,7 @@ pub async fn run(
     args.run.broker_pid = settings.broker_pid;
     let consumers = if scenario.consumers > 0 {
         // The consumers must find the topic, which the producers would create only later.
-        produce::ensure_topic(&args).await?;
+        crate::topic::ensure(&args).await?;
         Some(Consumers::start(settings, &topic, scenario.consumers).await?)
     } else {
         None

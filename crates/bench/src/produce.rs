@@ -17,7 +17,7 @@ use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
 use crate::report::{progress, Counters, Goal, MeasureStart, ProduceInterval, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
-use crate::{lookup_error, write_json, BenchError, OutputStyle, ProduceArgs};
+use crate::{write_json, BenchError, OutputStyle, ProduceArgs};
 
 /// How long the run waits for sends still in flight after it stopped, beyond the send timeout
 /// that bounds each of them.
@@ -29,14 +29,6 @@ const STOP_CHECK: Duration = Duration::from_millis(50);
 /// A paced sender leaves the runtime's millisecond timer this long before its due time and
 /// waits the rest on the bench's ticker.
 const COARSE_WAKE_EARLY: Duration = Duration::from_millis(3);
-/// Brokers register with the name server asynchronously, so a cluster that has just started
-/// may not list its broker or TBW102 yet: look again for this long before calling them missing.
-const REGISTRATION_GRACE_MS: u64 = 3_000;
-/// How long `--queues` waits for the cluster to list a broker: an Apache RocketMQ broker may
-/// register several seconds after its "boot success" line.
-const BROKER_WAIT_MS: u64 = 15_000;
-/// How long `--queues` waits for the name server to route the new topic.
-const ROUTE_WAIT_MS: u64 = 15_000;
 
 /// Everything the senders share: the producers, the counters, the latency recorder and the
 /// limits of the run.
@@ -279,7 +271,7 @@ pub(crate) async fn measure(
         Client::new(config)
     };
     let client = new_client(0)?;
-    prepare_topic(&client, &args, print).await?;
+    crate::topic::prepare(&client, &args, print).await?;
     let mut producers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let client = if index == 0 {
@@ -362,12 +354,6 @@ pub(crate) async fn measure(
         summary,
         stopped_by,
     })
-}
-
-/// Creates the topic of `args` as `measure` would, for consumers that must start first.
-pub(crate) async fn ensure_topic(args: &ProduceArgs) -> Result<(), BenchError> {
-    let client = Client::new(ClientConfig::new(&args.run.namesrv))?;
-    prepare_topic(&client, args, Print::Quiet).await
 }
 
 /// Client-side batching, as pulsar-perf's producer does it: a batch goes when it holds `most`
@@ -509,100 +495,6 @@ fn header(args: &ProduceArgs, machine: &Machine) -> String {
         "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, {batch}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
         args.topic, args.senders, args.producers, args.size, args.run.runtime_threads, args.run.namesrv, machine.line()
     )
-}
-
-/// Checks the name server, creates the topic with `--queues`, and refuses a topic that
-/// neither exists nor can be auto-created.
-async fn prepare_topic(
-    client: &Client,
-    args: &ProduceArgs,
-    print: Print,
-) -> Result<(), BenchError> {
-    let namesrv = &args.run.namesrv;
-    if let Some(queues) = args.queues {
-        create_topic(client, args, queues as i32, print).await?;
-    }
-    let exists = client
-        .fetch_route(&args.topic)
-        .await
-        .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
-    if exists.is_none() {
-        let deadline = Instant::now() + Duration::from_millis(REGISTRATION_GRACE_MS);
-        loop {
-            match client.publish_route(&args.topic).await {
-                Ok(_) => break,
-                Err(ClientError::TopicNotFound { .. }) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Err(error) => return Err(lookup_error(error, namesrv, &args.topic)),
-            }
-        }
-        if print != Print::Quiet {
-            println!(
-                "topic {} does not exist yet: the brokers will create it from TBW102 on the first send",
-                args.topic
-            );
-        }
-    }
-    Ok(())
-}
-
-async fn create_topic(
-    client: &Client,
-    args: &ProduceArgs,
-    queues: i32,
-    print: Print,
-) -> Result<(), BenchError> {
-    let namesrv = &args.run.namesrv;
-    let deadline = Instant::now() + Duration::from_millis(BROKER_WAIT_MS);
-    let masters = loop {
-        let cluster = client
-            .cluster_info()
-            .await
-            .map_err(|error| lookup_error(error, namesrv, &args.topic))?;
-        let masters: Vec<String> = cluster
-            .broker_addr_table
-            .values()
-            .filter_map(|broker| broker.broker_addrs.get(&0).cloned())
-            .collect();
-        if !masters.is_empty() {
-            break masters;
-        }
-        if Instant::now() >= deadline {
-            return Err(BenchError::NoBroker {
-                namesrv: namesrv.clone(),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    for broker in &masters {
-        client
-            .create_topic(broker, &args.topic, queues)
-            .await
-            .map_err(|error| BenchError::CreateTopic {
-                topic: args.topic.clone(),
-                broker: broker.clone(),
-                reason: error.to_string(),
-            })?;
-    }
-    // Brokers register the new topic with the name server right away, but asynchronously.
-    let wanted = masters.len() * queues as usize;
-    let deadline = Instant::now() + Duration::from_millis(ROUTE_WAIT_MS);
-    loop {
-        match client.refresh_route(&args.topic).await {
-            Ok(route) if route.write_queues.len() >= wanted => break,
-            _ if Instant::now() >= deadline => break,
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-    if print != Print::Quiet {
-        println!(
-            "created topic {} with {queues} queues on {} broker(s)",
-            args.topic,
-            masters.len()
-        );
-    }
-    Ok(())
 }
 
 /// The user property in which the bench's producers carry each message's send time, in

@@ -162,7 +162,7 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
     // The topic is created the way `bench produce --queues` does it.
     let mut topic = ProduceArgs::for_topic(&args.namesrv, &args.topic, args.queues);
     topic.send_timeout_ms = args.send_timeout_ms;
-    crate::produce::ensure_topic(&topic).await?;
+    crate::topic::ensure(&topic).await?;
     let shared = Arc::new(Shared {
         ledger: Mutex::new(Ledger::new(args.senders)),
         send_latency: Recorder::new(args.senders as usize),

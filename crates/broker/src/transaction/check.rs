@@ -58,28 +58,10 @@ pub async fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
     let (mut offset, _) = transactions.progress();
     let mut looked_at = 0;
     'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
-        let read = match broker.store.read(
-            HALF_TOPIC,
-            0,
-            offset,
-            READ_MESSAGES_MAX,
-            READ_BYTES_MAX,
-            &|_| true,
-        ) {
-            Ok(read) => read,
-            Err(error) => {
-                tracing::warn!(offset, %error, "cannot read half messages; the check tries again next round");
-                break;
-            }
+        let Some((halves, next)) = read_from(&broker.store, HALF_TOPIC, offset) else {
+            break;
         };
-        if read.status != ReadStatus::Found {
-            if read.next_offset <= offset {
-                break;
-            }
-            offset = read.next_offset;
-            continue;
-        }
-        for half in decode_all(&read.bytes) {
+        for half in halves {
             let half_offset = half.queue_offset as u64;
             if transactions.is_settled(half_offset) {
                 continue;
@@ -94,7 +76,7 @@ pub async fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
             }
             resolve(broker, half, now_ms, &mut report).await;
         }
-        offset = read.next_offset.max(offset + 1);
+        offset = next;
     }
     transactions.commit_progress(&broker.store, &broker.offsets);
     report

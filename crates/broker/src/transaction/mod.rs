@@ -282,34 +282,16 @@ impl Transactions {
         };
         let mut offset = progress.op_next;
         while offset < op.max_offset {
-            let read = match store.read(
-                OP_TOPIC,
-                0,
-                offset,
-                READ_MESSAGES_MAX,
-                READ_BYTES_MAX,
-                &|_| true,
-            ) {
-                Ok(read) => read,
-                Err(error) => {
-                    tracing::error!(offset, %error, "cannot read transaction op records; their halves will be checked again");
-                    break;
-                }
+            let Some((messages, next)) = read_from(store, OP_TOPIC, offset) else {
+                break;
             };
-            if read.status != ReadStatus::Found {
-                if read.next_offset <= offset {
-                    break;
-                }
-                offset = read.next_offset;
-                continue;
-            }
-            for message in decode_all(&read.bytes) {
+            for message in messages {
                 if message.property(property::TAGS).as_deref() == Some(REMOVE_TAG) {
                     let op_offset = message.queue_offset as u64;
                     progress.note_op(op_offset, op_offsets(&message.body));
                 }
             }
-            offset = read.next_offset.max(offset + 1);
+            offset = next;
         }
         progress.committed = (progress.half_next, progress.op_next);
         progress.advance(op.max_offset);
@@ -461,6 +443,25 @@ impl OffsetRanges {
                 self.ranges.insert(min, end);
             }
         }
+    }
+}
+
+/// The messages of queue 0 of a transaction topic from `offset`, and the offset after them
+/// (past a gap, with no messages); None when nothing more can be read now.
+fn read_from(store: &Store, topic: &str, offset: u64) -> Option<(Vec<StoredMessage>, u64)> {
+    let read = match store.read(topic, 0, offset, READ_MESSAGES_MAX, READ_BYTES_MAX, &|_| {
+        true
+    }) {
+        Ok(read) => read,
+        Err(error) => {
+            tracing::warn!(topic, offset, %error, "cannot read a transaction queue; the next round tries again");
+            return None;
+        }
+    };
+    match read.status {
+        ReadStatus::Found => Some((decode_all(&read.bytes), read.next_offset.max(offset + 1))),
+        _ if read.next_offset > offset => Some((Vec::new(), read.next_offset)),
+        _ => None,
     }
 }
 
