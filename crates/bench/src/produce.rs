@@ -503,7 +503,7 @@ fn header(args: &ProduceArgs, machine: &Machine) -> String {
 pub(crate) const SENT_US_PROPERTY: &str = "QBENCH_SENT_US";
 
 /// Wall-clock microseconds at `started` (an instant at or before now).
-pub(crate) fn wall_us_at(started: Instant) -> u64 {
+fn wall_us_at(started: Instant) -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_micros() as u64);
