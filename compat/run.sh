@@ -7,6 +7,7 @@
 #   compat/run.sh --reference   test Apache RocketMQ 5.5.0 (name server and broker from Maven
 #                               Central) instead, inside a private network namespace (root)
 #   COMPAT_TEST=PushConsumerTest compat/run.sh   only the matching tests (Surefire's -Dtest)
+#   COMPAT_KEEP=1 compat/run.sh                  keep the work folder (broker logs) at the end
 #
 # Jars come from Maven Central into .cache/m2 at the repository root (git-ignored, shared with
 # other tooling that needs the reference jars).
@@ -84,7 +85,11 @@ cleanup() {
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
     done
-    [ -n "$WORK" ] && rm -rf "$WORK"
+    if [ -n "$WORK" ] && [ -n "${COMPAT_KEEP:-}" ]; then
+        log "kept $WORK"
+    elif [ -n "$WORK" ]; then
+        rm -rf "$WORK"
+    fi
 }
 trap cleanup EXIT
 

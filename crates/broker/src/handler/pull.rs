@@ -54,10 +54,20 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
     // A message that landed between the first read and parking would not wake us: look once
     // more before sleeping.
     let already_there = broker.queue_bounds(&header.topic, queue_id).max_offset > offset;
+    let parked_at = std::time::Instant::now();
+    tracing::debug!(
+        topic = %header.topic, queue_id, offset, group = %header.consumer_group,
+        hold_ms = hold.as_millis() as u64, already_there, "pull parked"
+    );
     match (wake, already_there) {
         (_, true) => {}
         (Some(wake), false) => {
-            let _ = tokio::time::timeout(hold, wake).await;
+            let woken = tokio::time::timeout(hold, wake).await;
+            tracing::debug!(
+                topic = %header.topic, queue_id, offset, group = %header.consumer_group,
+                woken = woken.is_ok(), waited_ms = parked_at.elapsed().as_millis() as u64,
+                "parked pull answered"
+            );
         }
         // Too many pulls parked to be woken by arrivals: this one still waits out its
         // time (a Java consumer told "nothing new" at once would pull again at once, in a
