@@ -682,9 +682,6 @@ impl Appender {
         }
         self.index.add(&self.keys).map_err(io)?;
         self.commitlog.advance_replicated(end);
-        if self.sync_timeout.is_some() {
-            self.commitlog.log().flush(end).map_err(io)?;
-        }
         Ok(())
     }
 }

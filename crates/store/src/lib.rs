@@ -372,6 +372,12 @@ impl Store {
             }
         };
         inner.write_and_commit();
+        // With sync flush the slave's own fsync runs on the sync thread: its master waits for
+        // the slave's report, which says what is written (as RocketMQ's slaves report), not
+        // for this fsync, and the next bytes are appended while it runs.
+        if let (true, Ok(end)) = (inner.sync_flush, &result) {
+            inner.group_commit.sync_later(*end);
+        }
         result
     }
 

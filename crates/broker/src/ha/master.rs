@@ -19,6 +19,11 @@ use crate::state::Broker;
 pub const HEARTBEAT_INTERVAL_MS: u64 = 5_000;
 /// RocketMQ's haHousekeepingInterval: a slave silent this long is given up.
 pub const SLAVE_SILENCE_MS_MAX: u64 = 20_000;
+/// An ASYNC_MASTER waits this long after the log grows before it reads what to send: one frame
+/// then carries what many groups wrote, where a frame per group costs the master, the slave and
+/// the link a wakeup each, and no send waits for it. A SYNC_MASTER's sends wait for the slave,
+/// so it sends at once.
+const ASYNC_GATHER_US: u64 = 1_000;
 /// Slave connections at once: a master has one or two slaves; more is a misconfiguration or an
 /// attack, and each costs a stream of the whole log.
 const SLAVE_CONNECTIONS_MAX: usize = 16;
@@ -142,6 +147,8 @@ async fn transfer(
         });
     }
     let heartbeat = Duration::from_millis(HEARTBEAT_INTERVAL_MS);
+    let gather =
+        (!broker.replication.waits_for_slave()).then(|| Duration::from_micros(ASYNC_GATHER_US));
     let mut frame = Vec::with_capacity(TRANSFER_BATCH_BYTES + 12);
     loop {
         let grew = broker.replication.log_grew.notified();
@@ -164,8 +171,13 @@ async fn transfer(
             next = chunk.next_position;
             continue;
         }
-        if tokio::time::timeout(heartbeat, grew).await.is_err() {
-            writer.write_all(&encode_transfer_header(next, 0)).await?;
+        match tokio::time::timeout(heartbeat, grew).await {
+            Err(_) => writer.write_all(&encode_transfer_header(next, 0)).await?,
+            Ok(()) => {
+                if let Some(gather) = gather {
+                    tokio::time::sleep(gather).await;
+                }
+            }
         }
     }
 }

@@ -96,6 +96,20 @@ impl GroupCommit {
         }
     }
 
+    /// Asks the sync thread for an fsync up to `end_position` that nobody waits on (a
+    /// replica's appends).
+    pub fn sync_later(&self, end_position: u64) {
+        self.unsynced().push(SyncBatch {
+            end_position,
+            failures_before: self.log.fsync_failures(),
+            deadline: Instant::now(),
+            completions: Vec::new(),
+        });
+        let mut thread = relock(self.thread.lock());
+        thread.wanted = true;
+        self.wake.notify_one();
+    }
+
     /// Group commits until nothing waits, taking the right to run them even if that waits.
     /// From a completion (one that dropped the last handle to the store, so that it closes)
     /// it does nothing: this thread holds that right already and looks again when done.
