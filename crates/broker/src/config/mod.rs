@@ -1,0 +1,305 @@
+//! Broker configuration: RocketMQ's `broker.conf` properties format (`key=value`, `#` comments),
+//! so an operator's existing file starts as it is. Unknown keys are collected for one warning;
+//! a bad value is an error naming the key, the line and what is allowed.
+//!
+//! `BrokerConfig` and what follows from it live here; the file format, both ways (reading
+//! `broker.conf` lines and printing the configuration in effect as the same keys), in
+//! `properties.rs`.
+
+mod properties;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use quiver_store::{FlushMode, StoreConfig};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerRole {
+    AsyncMaster,
+    SyncMaster,
+    Slave,
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub cluster_name: String,
+    pub broker_name: String,
+    pub broker_id: i64,
+    pub namesrv_addrs: Vec<String>,
+    /// The address put in routes and message ids; clients must be able to reach it.
+    pub broker_ip: IpAddr,
+    /// Where the listener binds; defaults to `broker_ip`, so nothing listens beyond it by accident.
+    pub bind_ip: Option<IpAddr>,
+    pub listen_port: u16,
+    pub default_topic_queue_nums: i32,
+    pub auto_create_topic: bool,
+    /// `traceTopicEnable`: the message-trace topic (`msgTraceTopicName`) is created at start.
+    pub trace_topic_enable: bool,
+    pub msg_trace_topic_name: String,
+    /// `storeReplyMessageEnable`: replies (request-reply) are stored as well as pushed.
+    pub store_reply_message_enable: bool,
+    pub auto_create_subscription_group: bool,
+    /// RocketMQ 5's offset reset: the broker changes the offsets and moves consumers on their
+    /// next pull (true), or tells running consumers to move as RocketMQ 4 did (false).
+    pub use_server_side_reset_offset: bool,
+    pub broker_permission: i32,
+    pub max_message_bytes: usize,
+    pub role: BrokerRole,
+    /// `haListenPort`: where a master serves its slaves; None means `listenPort + 1`.
+    pub ha_listen_port: Option<u16>,
+    /// `haMasterAddress`: a slave's master HA address; None means the one the name server
+    /// gives at registration.
+    pub ha_master_addr: Option<String>,
+    /// `slaveTimeout`: how long a SYNC_MASTER send waits for a slave's confirmation before it
+    /// is answered FLUSH_SLAVE_TIMEOUT.
+    pub slave_timeout_ms: u64,
+    /// RocketMQ 5's `totalReplicas`, `inSyncReplicas`, `minInSyncReplicas`: accepted and
+    /// checked, but SYNC_MASTER waits for one slave whatever they say (see the README).
+    pub total_replicas: u32,
+    /// `slaveReadEnable`: pulls far behind the log's end are sent to a slave.
+    pub slave_read_enable: bool,
+    /// `accessMessageInMemoryMaxRatio`: how far behind (in percent of the machine's memory)
+    /// a pull may be before `slaveReadEnable` sends it to a slave.
+    pub in_memory_percent_max: u32,
+    pub in_sync_replicas: u32,
+    pub min_in_sync_replicas: u32,
+    pub flush: FlushMode,
+    pub store_root: PathBuf,
+    pub store_commitlog: Option<PathBuf>,
+    pub store_consume_queue: Option<PathBuf>,
+    pub store_index: Option<PathBuf>,
+    pub store_checkpoint: Option<PathBuf>,
+    pub store_abort: Option<PathBuf>,
+    pub commitlog_segment_bytes: u64,
+    pub consume_queue_entries_per_file: u64,
+    pub index_slots: u32,
+    pub index_entries_max: u32,
+    pub register_period_ms: u64,
+    /// Hours of the local day (`04;16`) at which expired segments are deleted.
+    pub delete_when: String,
+    pub file_reserved_hours: u64,
+    pub disk_max_used_ratio_percent: u32,
+    pub connections_max: usize,
+    pub requests_in_flight_per_connection_max: usize,
+    /// `messageDelayLevel`: level n (1-based) waits `delay_levels_ms[n - 1]`.
+    pub delay_levels_ms: Vec<u64>,
+    /// `timerWheelEnable`: RocketMQ 5 timer messages are delivered at their time; without it
+    /// they are refused.
+    pub timer_wheel_enable: bool,
+    /// `timerMaxDelaySec`: how far ahead a timer message may be due.
+    pub timer_max_delay_sec: u64,
+    /// `popInflightMaxPerQueue`, `popInflightMaxPerGroup`: popped and unacknowledged messages
+    /// a group may hold per queue and in all.
+    pub pop_in_flight_max_per_queue: usize,
+    pub pop_in_flight_max_per_group: usize,
+    /// `nonPersistentTopics`: topics made non-persistent at start (created when missing).
+    pub non_persistent_topics: Vec<String>,
+    /// `nonPersistentQueueBytes`: a non-persistent queue's ring holds at most this much.
+    pub non_persistent_queue_bytes: u64,
+    /// `nonPersistentBytesMax`: all rings together; each queue gets at most its share.
+    pub non_persistent_bytes_max: u64,
+    /// `enablePropertyFilter`: SQL92 subscriptions are served; without it pulls and
+    /// CHECK_CLIENT_CONFIG refuse them, as RocketMQ does (its default is off too).
+    pub enable_property_filter: bool,
+    /// `transactionTimeOut`, `transactionCheckInterval`, `transactionCheckMax`: a half message
+    /// unresolved this long (ms) is checked with its producer, every interval (ms), at most
+    /// this many times; see `transaction/`.
+    pub transaction: crate::transaction::CheckConfig,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            cluster_name: "DefaultCluster".into(),
+            broker_name: "broker-a".into(),
+            broker_id: 0,
+            namesrv_addrs: Vec::new(),
+            broker_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bind_ip: None,
+            listen_port: 10911,
+            default_topic_queue_nums: 8,
+            auto_create_topic: true,
+            trace_topic_enable: false,
+            msg_trace_topic_name: crate::topic::TRACE_TOPIC.into(),
+            store_reply_message_enable: true,
+            auto_create_subscription_group: true,
+            use_server_side_reset_offset: true,
+            broker_permission: 6,
+            max_message_bytes: 4 * 1024 * 1024,
+            role: BrokerRole::AsyncMaster,
+            ha_listen_port: None,
+            ha_master_addr: None,
+            slave_timeout_ms: 3_000,
+            total_replicas: 1,
+            slave_read_enable: false,
+            in_memory_percent_max: 40,
+            in_sync_replicas: 1,
+            min_in_sync_replicas: 1,
+            flush: FlushMode::Async {
+                interval_ms: 500,
+                least_pages: 4,
+            },
+            store_root: PathBuf::from("store"),
+            store_commitlog: None,
+            store_consume_queue: None,
+            store_index: None,
+            store_checkpoint: None,
+            store_abort: None,
+            commitlog_segment_bytes: 1024 * 1024 * 1024,
+            consume_queue_entries_per_file: 300_000,
+            index_slots: 5_000_000,
+            index_entries_max: 20_000_000,
+            register_period_ms: 30_000,
+            delete_when: "04".into(),
+            file_reserved_hours: 72,
+            disk_max_used_ratio_percent: 75,
+            connections_max: 10_000,
+            requests_in_flight_per_connection_max: 4_096,
+            delay_levels_ms: crate::delay::DEFAULT_LEVELS_MS.to_vec(),
+            timer_wheel_enable: true,
+            timer_max_delay_sec: crate::timer::MAX_DELAY_SEC_DEFAULT,
+            pop_in_flight_max_per_queue: crate::pop::IN_FLIGHT_MAX_PER_QUEUE,
+            pop_in_flight_max_per_group: crate::pop::IN_FLIGHT_MAX_PER_GROUP,
+            non_persistent_topics: Vec::new(),
+            non_persistent_queue_bytes: 16 * 1024 * 1024,
+            non_persistent_bytes_max: 256 * 1024 * 1024,
+            enable_property_filter: false,
+            transaction: crate::transaction::CheckConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("line {line}: {key}={value:?} is not valid: {allowed}")]
+pub struct ConfigError {
+    pub line: usize,
+    pub key: String,
+    pub value: String,
+    pub allowed: String,
+}
+
+/// A key the broker does not act on, with the line it was on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownKey {
+    pub line: usize,
+    pub key: String,
+}
+
+/// Disk use past which retention deletes sealed segments whether expired or not
+/// (RocketMQ's diskSpaceCleanForciblyRatio, 0.85).
+pub const DISK_CLEAN_FORCIBLY_PERCENT: u32 = 85;
+const HOUR_MS: u64 = 3_600_000;
+
+/// What a retention round may delete now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionRound {
+    /// Segments older than fileReservedTime.
+    Expired,
+    /// Every sealed segment, oldest first: the disk is nearly full.
+    AtOnce,
+}
+
+/// The machine's memory, read once: it does not change while the broker runs, and pulls ask.
+fn physical_memory_bytes() -> u64 {
+    static BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        // SAFETY: sysconf only reads system configuration; a failure returns -1, handled.
+        let (pages, page_bytes) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        (pages.max(0) as u64).saturating_mul(page_bytes.max(0) as u64)
+    })
+}
+
+impl BrokerConfig {
+    /// RocketMQ's rule: expired segments go at a `deleteWhen` hour, or at any hour once the
+    /// disk is fuller than `diskMaxUsedSpaceRatio`; past `DISK_CLEAN_FORCIBLY_PERCENT` even
+    /// unexpired ones go.
+    pub fn retention_round(
+        &self,
+        local_hour: u32,
+        disk_used_percent: u32,
+    ) -> Option<RetentionRound> {
+        if disk_used_percent > DISK_CLEAN_FORCIBLY_PERCENT {
+            return Some(RetentionRound::AtOnce);
+        }
+        let delete_hour = self
+            .delete_when
+            .split(';')
+            .filter_map(|h| h.trim().parse::<u32>().ok())
+            .any(|h| h == local_hour);
+        (delete_hour || disk_used_percent > self.disk_max_used_ratio_percent)
+            .then_some(RetentionRound::Expired)
+    }
+
+    pub fn file_reserved_ms(&self) -> u64 {
+        self.file_reserved_hours.saturating_mul(HOUR_MS)
+    }
+
+    /// `accessMessageInMemoryMaxRatio` of the machine's memory, in bytes.
+    pub fn in_memory_bytes_max(&self) -> u64 {
+        physical_memory_bytes() / 100 * u64::from(self.in_memory_percent_max)
+    }
+
+    /// Where a master listens for slaves: `haListenPort`, else the port after `listen_port`
+    /// (the one bound), as RocketMQ does; a free port when `listenPort` is 0.
+    pub fn ha_bind_addr(&self, listen_port: u16) -> SocketAddr {
+        // A broker on a free port (listenPort=0) takes a free HA port too: the port after
+        // the one it got may well be taken.
+        let port = match (self.ha_listen_port, self.listen_port) {
+            (Some(port), _) => port,
+            (None, 0) => 0,
+            (None, _) => listen_port.wrapping_add(1),
+        };
+        SocketAddr::new(self.bind_addr().ip(), port)
+    }
+
+    pub fn bind_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.bind_ip.unwrap_or(self.broker_ip), self.listen_port)
+    }
+
+    /// The store configuration this broker config implies.
+    pub fn store_config(&self) -> StoreConfig {
+        let mut store = StoreConfig::under(&self.store_root);
+        let or = |path: &Option<PathBuf>, default: PathBuf| path.clone().unwrap_or(default);
+        store.commitlog_dir = or(&self.store_commitlog, store.commitlog_dir);
+        store.consume_queue_dir = or(&self.store_consume_queue, store.consume_queue_dir);
+        store.index_dir = or(&self.store_index, store.index_dir);
+        store.checkpoint_path = or(&self.store_checkpoint, store.checkpoint_path);
+        store.abort_path = or(&self.store_abort, store.abort_path);
+        store.segment_bytes = self.commitlog_segment_bytes;
+        store.consume_queue_entries_per_file = self.consume_queue_entries_per_file;
+        store.flush = self.flush;
+        store.index_slots = self.index_slots;
+        store.index_entries_max = self.index_entries_max;
+        // The whole record carries the body plus headers, topic and properties (≤ 32 KiB).
+        store.record_bytes_max = (self.max_message_bytes + 64 * 1024).min(u32::MAX as usize) as u32;
+        store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_runs_at_delete_hours_or_when_the_disk_fills() {
+        let mut config = BrokerConfig::default();
+        config
+            .apply_properties("deleteWhen=04;16\nfileReservedTime=48\ndiskMaxUsedSpaceRatio=70\n")
+            .expect("valid");
+        assert_eq!(config.file_reserved_ms(), 48 * 3_600_000);
+        assert_eq!(config.retention_round(3, 10), None);
+        assert_eq!(config.retention_round(4, 10), Some(RetentionRound::Expired));
+        assert_eq!(
+            config.retention_round(16, 10),
+            Some(RetentionRound::Expired)
+        );
+        assert_eq!(config.retention_round(5, 71), Some(RetentionRound::Expired));
+        assert_eq!(config.retention_round(5, 86), Some(RetentionRound::AtOnce));
+        assert!(config.apply_properties("deleteWhen=24").is_err());
+    }
+}
