@@ -8,6 +8,8 @@
 #   bench/non-persistent.sh                   # 10 s warm-up, 30 s measured per run
 #   WARMUP_S=5 DURATION_S=15 RATES="8000" bench/non-persistent.sh
 #   BATCH=4 bench/non-persistent.sh           # every send a batch of 4 messages
+#   QUIVER_CONF_EXTRA=$'flushIntervalCommitLog=10' bench/non-persistent.sh
+#                                             # more broker.conf lines for Quiver
 #   CLIENT_BATCH=1000 bench/non-persistent.sh # pulsar-perf's client-side batching: each producer
 #                                             # sends what its senders gave it within 1 ms, up
 #                                             # to 1000 messages (pulsar-perf's defaults)
@@ -100,6 +102,7 @@ for system in $SYSTEMS; do
       cat >"$WORK/quiver.conf" <<EOF
 nonPersistentTopics=NonPersistentTest
 defaultTopicQueueNums=$QUEUES
+${QUIVER_CONF_EXTRA:-}
 EOF
       nsenter -t "$holder" -n "$QUIVER" up -c "$WORK/quiver.conf" --data "$WORK/quiver-data" \
         --namesrv-port 9876 --broker-port 10911 >"$WORK/quiver.out" 2>"$WORK/quiver.log" &
