@@ -67,16 +67,12 @@ fn pair_ranges(raw: &[u8]) -> impl Iterator<Item = (Range<usize>, Range<usize>)>
         if start >= raw.len() {
             return None;
         }
-        let end = raw[start..]
-            .iter()
-            .position(|b| *b == PROPERTY_SEPARATOR)
-            .map_or(raw.len(), |at| start + at);
+        let end =
+            memchr::memchr(PROPERTY_SEPARATOR, &raw[start..]).map_or(raw.len(), |at| start + at);
         let segment = start..end;
         start = end + 1;
         // Split at the first name/value separator; later ones belong to the value.
-        let Some(middle) = raw[segment.clone()]
-            .iter()
-            .position(|b| *b == NAME_VALUE_SEPARATOR)
+        let Some(middle) = memchr::memchr(NAME_VALUE_SEPARATOR, &raw[segment.clone()])
             .map(|at| segment.start + at)
         else {
             continue;
@@ -130,10 +126,36 @@ fn push_pair(out: &mut String, name: &str, value: &str) {
 
 /// The value of `name` without allocating. The last occurrence wins, as in Java's HashMap.
 pub fn find_property<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
-    property_pairs(raw)
-        .filter(|(candidate, _)| *candidate == name)
-        .last()
-        .map(|(_, value)| value)
+    find_property_range(raw.as_bytes(), name.as_bytes()).map(|range| &raw[range])
+}
+
+/// Where the value of `name` lies in `raw`, the last valid pair winning. Every message read or
+/// stored asks for a property or two, and walking every pair to the end (the last one wins)
+/// cost a consumer of the bench about a quarter of its CPU: this searches backwards for
+/// `name` 0x01 at the start of a pair instead. A pair starts the string or follows a 0x02, and
+/// its name runs to its first 0x01, so a match there is a pair named `name`, as Java splits it.
+pub(crate) fn find_property_range(raw: &[u8], name: &[u8]) -> Option<Range<usize>> {
+    if name.is_empty() || name.contains(&NAME_VALUE_SEPARATOR) || name.contains(&PROPERTY_SEPARATOR)
+    {
+        // No pair has such a name (an empty one is dropped; a separator would end it).
+        return None;
+    }
+    let mut end = raw.len();
+    while let Some(at) = memchr::memmem::rfind(&raw[..end], name) {
+        end = at;
+        let pair_start = at == 0 || raw[at - 1] == PROPERTY_SEPARATOR;
+        let value_start = at + name.len() + 1;
+        if !pair_start || raw.get(at + name.len()) != Some(&NAME_VALUE_SEPARATOR) {
+            continue;
+        }
+        let value_end = memchr::memchr(PROPERTY_SEPARATOR, &raw[value_start..])
+            .map_or(raw.len(), |n| value_start + n);
+        // Java drops a pair with an empty value: an earlier one may still count.
+        if value_end > value_start {
+            return Some(value_start..value_end);
+        }
+    }
+    None
 }
 
 /// Appends `name` = `value`. A last pair left without its 0x02 is closed first, so the new
@@ -224,6 +246,25 @@ mod tests {
             .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
             .collect();
         assert_eq!(bytes, text);
+    }
+
+    proptest::proptest! {
+        /// The backwards search agrees with Java's pair splitting on any string of names,
+        /// values and separators, duplicates, empty pairs and junk included.
+        #[test]
+        fn the_backwards_search_finds_what_pair_splitting_finds(
+            raw in proptest::collection::vec(
+                proptest::sample::select(vec!['A', 'B', 'x', '\u{1}', '\u{2}']), 0..40
+            ),
+            name in proptest::sample::select(vec!["A", "B", "AB", "BA", "x", "A\u{1}", ""]),
+        ) {
+            let raw: String = raw.into_iter().collect();
+            let expected = property_pairs(&raw)
+                .filter(|(candidate, _)| *candidate == name)
+                .last()
+                .map(|(_, value)| value);
+            proptest::prop_assert_eq!(find_property(&raw, name), expected);
+        }
     }
 
     #[test]

@@ -175,10 +175,8 @@ impl<'a> RecordView<'a> {
     /// HashMap: the broker computes a record's tag code and index keys with `find_property`
     /// when it appends, and recovery must rebuild the same entries from the bytes.
     pub fn property(&self, name: &str) -> Option<&'a [u8]> {
-        self.properties()
-            .filter(|(n, _)| *n == name.as_bytes())
-            .last()
-            .map(|(_, v)| v)
+        crate::properties::find_property_range(self.properties, name.as_bytes())
+            .map(|range| &self.properties[range])
     }
 
     /// The ConsumeQueue tag code: the hash of TAGS, except in the timer queue, whose entries
