@@ -130,9 +130,8 @@ pub fn find_property<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Where the value of `name` lies in `raw`, the last valid pair winning. Every message read or
-/// stored asks for a property or two, and walking every pair to the end (the last one wins)
-/// cost a consumer of the bench about a quarter of its CPU: this searches backwards for
-/// `name` 0x01 at the start of a pair instead. A pair starts the string or follows a 0x02, and
+/// stored asks for a property or two; rather than walk every pair to the end (the last one
+/// wins), this searches backwards for `name` 0x01 at the start of a pair. A pair starts the string or follows a 0x02, and
 /// its name runs to its first 0x01, so a match there is a pair named `name`, as Java splits it.
 pub(crate) fn find_property_range(raw: &[u8], name: &[u8]) -> Option<Range<usize>> {
     if name.is_empty() || name.contains(&NAME_VALUE_SEPARATOR) || name.contains(&PROPERTY_SEPARATOR)

@@ -371,12 +371,16 @@ impl Store {
                 Err(ReplicaError::Closed)
             }
         };
-        inner.write_and_commit();
-        // With sync flush the slave's own fsync runs on the sync thread: its master waits for
-        // the slave's report, which says what is written (as RocketMQ's slaves report), not
-        // for this fsync, and the next bytes are appended while it runs.
-        if let (true, Ok(end)) = (inner.sync_flush, &result) {
-            inner.group_commit.sync_later(*end);
+        inner.write_queued();
+        // With sync flush the slave's own fsync runs on the sync thread, never on this caller
+        // (a runtime worker): its master waits for the slave's report, which says what is
+        // written (as RocketMQ's slaves report), not for this fsync, and the next bytes are
+        // appended while it runs. Sends written meanwhile get their fsync there too.
+        if inner.sync_flush {
+            match &result {
+                Ok(end) => inner.group_commit.sync_later(*end),
+                Err(_) => inner.group_commit.wake_thread(),
+            }
         }
         result
     }

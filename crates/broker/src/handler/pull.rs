@@ -54,7 +54,6 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
     // A message that landed between the first read and parking would not wake us: look once
     // more before sleeping.
     let already_there = broker.queue_bounds(&header.topic, queue_id).max_offset > offset;
-    let parked_at = std::time::Instant::now();
     tracing::debug!(
         topic = %header.topic, queue_id, offset, group = %header.consumer_group,
         hold_ms = hold.as_millis() as u64, already_there, "pull parked"
@@ -62,6 +61,7 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
     match (wake, already_there) {
         (_, true) => {}
         (Some(wake), false) => {
+            let parked_at = std::time::Instant::now();
             let woken = tokio::time::timeout(hold, wake).await;
             tracing::debug!(
                 topic = %header.topic, queue_id, offset, group = %header.consumer_group,

@@ -90,21 +90,25 @@ impl GroupCommit {
         self.commit_round();
         drop(syncer);
         if !self.unsynced().is_empty() {
-            let mut thread = relock(self.thread.lock());
-            thread.wanted = true;
-            self.wake.notify_one();
+            self.wake_thread();
         }
     }
 
-    /// Asks the sync thread for an fsync up to `end_position` that nobody waits on (a
-    /// replica's appends).
+    /// Leaves every written group to the sync thread, with an fsync up to `end_position` that
+    /// nobody waits on (a replica's appends): the caller does not fsync.
     pub fn sync_later(&self, end_position: u64) {
         self.unsynced().push(SyncBatch {
             end_position,
             failures_before: self.log.fsync_failures(),
+            // No completion reads it.
             deadline: Instant::now(),
             completions: Vec::new(),
         });
+        self.wake_thread();
+    }
+
+    /// Asks the sync thread to commit what `unsynced` holds.
+    pub fn wake_thread(&self) {
         let mut thread = relock(self.thread.lock());
         thread.wanted = true;
         self.wake.notify_one();
