@@ -15,15 +15,20 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-use std::sync::RwLock;
+use std::sync::{OnceLock, RwLock};
 
 pub const HEADER_BYTES: u64 = 40;
 pub const SLOT_BYTES: u64 = 4;
 pub const ENTRY_BYTES: u64 = 20;
 const _: () = assert!(HEADER_BYTES == 8 * 4 + 4 + 4);
 const _: () = assert!(ENTRY_BYTES == 4 + 8 + 4 + 4);
-/// Dirty slots closer than this are written as one run: fewer writes, a little more copying.
-pub const RUN_GAP_SLOTS: usize = 1024;
+/// The page the kernel caches a file in. The header and slot table go to the file in whole
+/// pages: a write that covers a page in part makes the kernel read the page first when it is
+/// no longer cached, holding the file's lock, and the appender's next entry write waited for
+/// that disk read.
+const PAGE_BYTES: u64 = 4096;
+// Page boundaries fall between slots.
+const _: () = assert!((PAGE_BYTES - HEADER_BYTES).is_multiple_of(SLOT_BYTES));
 pub const NAME_DIGITS: usize = 17;
 
 pub fn file_bytes(slots: u32, entries_max: u32) -> u64 {
@@ -121,7 +126,6 @@ impl IndexEntry {
     }
 }
 
-/// One key occurrence to index.
 pub struct IndexFile {
     pub path: PathBuf,
     pub file: File,
@@ -131,6 +135,9 @@ pub struct IndexFile {
     pub index_count: AtomicU32,
     /// Present while the file is the active one.
     pub memory_slots: RwLock<Option<Box<[AtomicU32]>>>,
+    /// The entries that share the slot table's last page, read once they are all written, so
+    /// that the page can be written whole.
+    pub table_end_page: OnceLock<Box<[u8]>>,
 }
 
 impl IndexFile {
@@ -161,14 +168,26 @@ impl IndexFile {
         let Some(slots) = guard.as_ref() else {
             return Ok(());
         };
-        let bytes: Vec<u8> = slots
-            .iter()
-            .flat_map(|s| s.load(Ordering::Acquire).to_be_bytes())
-            .collect();
-        self.file.write_all_at(&bytes, slot_at(0))?;
-        self.file.write_all_at(&header.encode(), 0)?;
+        let pages = slot_at(self.slots).div_ceil(PAGE_BYTES);
+        write_table_pages(self, slots, header, 0..pages)?;
         *guard = None;
         Ok(())
+    }
+
+    /// The entries from the slot table's end to its last page's end, once `index_count` says
+    /// they are all written (entry 0 is never written: it reads as zeros).
+    fn table_end_page(&self, index_count: u32) -> io::Result<Option<&[u8]>> {
+        if let Some(bytes) = self.table_end_page.get() {
+            return Ok(Some(bytes));
+        }
+        let table_end = slot_at(self.slots);
+        let len = table_end.next_multiple_of(PAGE_BYTES) - table_end;
+        if u64::from(index_count) * ENTRY_BYTES < len {
+            return Ok(None);
+        }
+        let mut bytes = vec![0u8; len as usize];
+        self.file.read_exact_at(&mut bytes, table_end)?;
+        Ok(Some(self.table_end_page.get_or_init(|| bytes.into())))
     }
 }
 
@@ -176,29 +195,57 @@ pub fn zero_slots(slots: u32) -> Box<[AtomicU32]> {
     (0..slots).map(|_| AtomicU32::new(0)).collect()
 }
 
+/// Writes the pages of the slot table that hold `dirty` slots (sorted), and the header's page.
 pub fn write_slots(file: &IndexFile, dirty: &[u32], header: &Header) -> io::Result<()> {
     let guard = file.memory_slots.read().expect("index lock poisoned");
     // Sealed meanwhile: sealing wrote every slot and the final header.
     let Some(slots) = guard.as_ref() else {
         return Ok(());
     };
+    let pages = std::iter::once(0).chain(dirty.iter().map(|&slot| slot_at(slot) / PAGE_BYTES));
+    write_table_pages(file, slots, header, pages)
+}
+
+/// Writes the given pages (ascending, repeats allowed) of the header and slot table from
+/// memory, a run of consecutive pages in one write. The table's last page is written whole
+/// once the entries sharing it are known, and up to the table's end before that.
+fn write_table_pages(
+    file: &IndexFile,
+    slots: &[AtomicU32],
+    header: &Header,
+    pages: impl Iterator<Item = u64>,
+) -> io::Result<()> {
+    let table_end = slot_at(file.slots);
+    let mut pages = pages.peekable();
     let mut bytes = Vec::new();
-    let mut i = 0;
-    while i < dirty.len() {
-        let first = dirty[i] as usize;
+    while let Some(first) = pages.next() {
         let mut last = first;
-        while i + 1 < dirty.len() && (dirty[i + 1] as usize) - last <= RUN_GAP_SLOTS {
-            i += 1;
-            last = dirty[i] as usize;
+        while let Some(&next) = pages.peek() {
+            if next > last + 1 {
+                break;
+            }
+            last = next;
+            pages.next();
         }
+        let start = first * PAGE_BYTES;
+        let end = ((last + 1) * PAGE_BYTES).min(table_end);
         bytes.clear();
-        for slot in &slots[first..=last] {
+        if start == 0 {
+            bytes.extend_from_slice(&header.encode());
+        }
+        let first_slot = (start.max(HEADER_BYTES) - HEADER_BYTES) / SLOT_BYTES;
+        let end_slot = (end - HEADER_BYTES) / SLOT_BYTES;
+        for slot in &slots[first_slot as usize..end_slot as usize] {
             bytes.extend_from_slice(&slot.load(Ordering::Acquire).to_be_bytes());
         }
-        file.file.write_all_at(&bytes, slot_at(first as u32))?;
-        i += 1;
+        if end == table_end {
+            if let Some(entries) = file.table_end_page(header.index_count)? {
+                bytes.extend_from_slice(entries);
+            }
+        }
+        file.file.write_all_at(&bytes, start)?;
     }
-    file.file.write_all_at(&header.encode(), 0)
+    Ok(())
 }
 
 /// Reads the slots of the active file; slots pointing at or past indexCount (written after the

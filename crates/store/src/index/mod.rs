@@ -16,7 +16,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::types::{OpenError, ReadError};
 use index_file::{
@@ -105,6 +105,7 @@ impl Index {
                         end_timestamp_ms: AtomicI64::new(header.end_timestamp_ms),
                         index_count: AtomicU32::new(header.index_count),
                         memory_slots: RwLock::new(None),
+                        table_end_page: OnceLock::new(),
                     }));
                     headers.push(header);
                 }
@@ -242,6 +243,7 @@ impl Index {
             end_timestamp_ms: AtomicI64::new(0),
             index_count: AtomicU32::new(1),
             memory_slots: RwLock::new(Some(zero_slots(self.slots))),
+            table_end_page: OnceLock::new(),
         });
         self.files
             .write()
@@ -441,5 +443,42 @@ mod tests {
             .expect("query");
         // Every entry now seems to be stored at the end of time, which the range includes.
         assert_eq!(found, [0, 200, 100, 0]);
+    }
+
+    /// The slot table's last page also holds the first entries; writing that page whole (from
+    /// memory) must keep them, before and after they are all written.
+    #[test]
+    fn the_table_end_page_keeps_its_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut problems = Vec::new();
+        // 2,000 slots end the table at byte 8,040: page 1 holds slots 1,014 on and entries 0-7.
+        let index = Index::open(dir.path(), 2000, 100, &mut problems).expect("open");
+        let key = |i: u64| KeyEntry {
+            // Every other key lands in page 1's slots.
+            key_hash: if i.is_multiple_of(2) {
+                1014 + i as i32
+            } else {
+                i as i32
+            },
+            position: i * 100,
+            store_timestamp_ms: 1_000_000 + i as i64,
+        };
+        for i in 0..30u64 {
+            index.add(&[key(i)]).expect("add");
+            index.flush().expect("flush");
+        }
+        drop(index);
+        let index = Index::open(dir.path(), 2000, 100, &mut problems).expect("reopen");
+        assert!(problems.is_empty(), "{problems:?}");
+        for i in 0..30u64 {
+            let mut found = Vec::new();
+            index
+                .query(key(i).key_hash, 0, i64::MAX, &mut |p| {
+                    found.push(p);
+                    Ok(true)
+                })
+                .expect("query");
+            assert_eq!(found, [i * 100], "key {i}");
+        }
     }
 }

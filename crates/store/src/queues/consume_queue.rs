@@ -11,6 +11,13 @@
 //! calls. Readers copy entries from the tail when they are still there. A crash loses at most
 //! the tail, which recovery rebuilds from the CommitLog past the checkpoint, and a checkpoint is
 //! written only after `flush` put the tail in the file.
+//!
+//! Every write covers whole pages: the tail keeps the part of the last page already in the
+//! file (its lead) and writes from the page's start, with zeros after the last entry up to the
+//! page's end. A write that covers a page only in part makes the kernel read the page first
+//! when it is no longer cached, and it does so holding the file's lock: the appender's next
+//! write to the file, and every reader of the tail, waited for that disk read. Recovery already
+//! takes zero entries at a file's end for no entries.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -28,8 +35,10 @@ const _: () = assert!(ENTRY_BYTES == 8 + 4 + 8);
 
 /// How many entries a backwards scan reads at once while trimming a torn tail.
 const TRIM_CHUNK_ENTRIES: u64 = 4096;
-/// The tail goes to the file once it holds this many bytes.
-const TAIL_WRITE_BYTES: usize = 4096;
+/// The page the kernel caches and reads a file in; writes start and end on its boundaries.
+const PAGE_BYTES: u64 = 4096;
+/// The tail goes to the file once it holds this many bytes (its lead included): a full page.
+const TAIL_WRITE_BYTES: usize = PAGE_BYTES as usize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -39,6 +48,12 @@ pub struct Entry {
 }
 
 impl Entry {
+    const ZERO: Entry = Entry {
+        position: 0,
+        size: 0,
+        tags_code: 0,
+    };
+
     pub fn encode(&self) -> [u8; ENTRY_BYTES] {
         let mut out = [0u8; ENTRY_BYTES];
         out[0..8].copy_from_slice(&self.position.to_be_bytes());
@@ -83,16 +98,35 @@ pub struct ConsumeQueue {
     retired: AtomicBool,
 }
 
-/// Entries written and not yet in the file: `bytes` holds the entries from offset `first` on.
+/// Entries written and not yet in the file. `bytes` holds `lead` bytes already in the file,
+/// from the start of the page holding entry `first` up to it, then the entries from `first` on.
+/// The lead is 0 when those bytes are unknown (after opening, trimming or discarding) until
+/// a write reaches the next page.
 #[derive(Default)]
 struct Tail {
     first: u64,
+    lead: usize,
     bytes: Vec<u8>,
 }
 
 impl Tail {
+    fn entries(&self) -> &[u8] {
+        &self.bytes[self.lead..]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bytes.len() == self.lead
+    }
+
     fn end(&self) -> u64 {
-        self.first + (self.bytes.len() / ENTRY_BYTES) as u64
+        self.first + (self.entries().len() / ENTRY_BYTES) as u64
+    }
+
+    /// Starts the tail over at `first`, empty and with no lead.
+    fn restart(&mut self, first: u64) {
+        self.first = first;
+        self.lead = 0;
+        self.bytes.clear();
     }
 }
 
@@ -204,11 +238,11 @@ impl ConsumeQueue {
     pub fn write_entries(&self, first_offset: u64, bytes: &[u8]) -> io::Result<()> {
         assert_eq!(bytes.len() % ENTRY_BYTES, 0, "whole entries only");
         let mut tail = self.tail();
-        if !tail.bytes.is_empty() && tail.end() != first_offset {
+        if !tail.is_empty() && tail.end() != first_offset {
             self.write_out(&mut tail)?;
         }
-        if tail.bytes.is_empty() {
-            tail.first = first_offset;
+        if tail.is_empty() && tail.first != first_offset {
+            tail.restart(first_offset);
         }
         tail.bytes.extend_from_slice(bytes);
         if tail.bytes.len() >= TAIL_WRITE_BYTES {
@@ -217,29 +251,61 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// Writes the tail to the file (nothing when it is empty): one write per file touched. On
-    /// failure the tail keeps its entries, so readers still find them and the next flush tries
-    /// again.
+    /// Writes the tail to the file (nothing when it is empty): one write per file touched, from
+    /// the lead's page start to the last page's end (or the file's). On failure the tail keeps
+    /// its entries, so readers still find them and the next flush tries again.
     fn write_out(&self, tail: &mut Tail) -> io::Result<()> {
+        if tail.is_empty() {
+            return Ok(());
+        }
+        let file_bytes = self.entries_per_file * ENTRY_BYTES as u64;
         let mut offset = tail.first;
-        let mut bytes = &tail.bytes[..];
-        while !bytes.is_empty() {
+        // Where in the tail's bytes the current file's part starts.
+        let mut from = 0;
+        let mut lead = tail.lead;
+        loop {
             let file_number = offset / self.entries_per_file;
             let in_file = offset % self.entries_per_file;
-            let count = ((self.entries_per_file - in_file) as usize).min(bytes.len() / ENTRY_BYTES);
-            let (now, rest) = bytes.split_at(count * ENTRY_BYTES);
+            let left = (tail.bytes.len() - from - lead) / ENTRY_BYTES;
+            let count = ((self.entries_per_file - in_file) as usize).min(left);
+            let start = in_file * ENTRY_BYTES as u64 - lead as u64;
+            let len = lead + count * ENTRY_BYTES;
+            let end = start + len as u64;
             let Some(file) = self.file_for_write(file_number)? else {
                 // Retired: the entries belong to a deleted topic.
-                tail.bytes.clear();
+                tail.restart(tail.end());
                 return Ok(());
             };
-            file.write_all_at(now, in_file * ENTRY_BYTES as u64)?;
-            bytes = rest;
+            let last = count == left;
+            if last {
+                // Zeros up to the page's end; the tail's bytes end here, so they go on them.
+                let padded = end.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+                let pad = (padded.min(file_bytes) - end) as usize;
+                tail.bytes.resize(tail.bytes.len() + pad, 0);
+                let written = file.write_all_at(&tail.bytes[from..from + len + pad], start);
+                tail.bytes.truncate(from + len);
+                written?;
+            } else {
+                file.write_all_at(&tail.bytes[from..from + len], start)?;
+            }
             offset += count as u64;
+            if last {
+                // The last page's written part becomes the next write's lead, when all of it
+                // came from this write (and it is not the file's end).
+                let page_start = end / PAGE_BYTES * PAGE_BYTES;
+                let keep = if end == file_bytes || page_start < start {
+                    0
+                } else {
+                    (end - page_start) as usize
+                };
+                tail.bytes.drain(..tail.bytes.len() - keep);
+                tail.first = offset;
+                tail.lead = keep;
+                return Ok(());
+            }
+            from += len;
+            lead = 0;
         }
-        tail.first = offset;
-        tail.bytes.clear();
-        Ok(())
     }
 
     /// Reads `count` entries from `offset` into `out` (replacing its contents).
@@ -251,7 +317,7 @@ impl ConsumeQueue {
         let mut from_file = count;
         {
             let tail = self.tail();
-            if !tail.bytes.is_empty() && offset + count > tail.first {
+            if !tail.is_empty() && offset + count > tail.first {
                 if offset + count > tail.end() {
                     // Never zeros taken for entries. Not UnexpectedEof: readers take that for
                     // a file cut short and move past it.
@@ -271,7 +337,7 @@ impl ConsumeQueue {
                     ..(end - tail.first) as usize * ENTRY_BYTES;
                 let target =
                     skip as usize * ENTRY_BYTES..(skip + end - start) as usize * ENTRY_BYTES;
-                out[target].copy_from_slice(&tail.bytes[source]);
+                out[target].copy_from_slice(&tail.entries()[source]);
                 from_file = skip;
             }
         }
@@ -421,11 +487,12 @@ impl ConsumeQueue {
         {
             let mut tail = self.tail();
             if tail.end() > offset {
-                let keep = offset.saturating_sub(tail.first) as usize * ENTRY_BYTES;
+                let keep = tail.lead + offset.saturating_sub(tail.first) as usize * ENTRY_BYTES;
                 tail.bytes.truncate(keep);
             }
-            if tail.bytes.is_empty() {
-                tail.first = offset;
+            if tail.is_empty() {
+                // The file is cut below: what the lead holds may no longer be in it.
+                tail.restart(offset);
             }
         }
         let keep_file = offset / self.entries_per_file;
@@ -487,7 +554,8 @@ impl ConsumeQueue {
     }
 
     /// Recovery step 5: drops entries that point at or past `commitlog_end` and torn or zero
-    /// entries at the tail, then sets min and max. Returns how many entries were dropped.
+    /// entries at the tail, then sets min and max. Returns how many entries were dropped, not
+    /// counting zeros.
     pub fn trim(&self, commitlog_end: u64) -> io::Result<u64> {
         self.write_out(&mut self.tail())?;
         let mut files = self.files.write().expect("consume queue lock poisoned");
@@ -511,24 +579,25 @@ impl ConsumeQueue {
                         last_valid = Some(start + i);
                         break;
                     }
+                    // Zeros are no entry: the pages' ends that writes fill (or a torn write).
+                    if e != Entry::ZERO {
+                        dropped += 1;
+                    }
                 }
                 end = start;
             }
             let first_offset = file_number * self.entries_per_file;
             match last_valid {
                 Some(i) => {
-                    dropped += entries.saturating_sub(i + 1);
                     file.set_len((i + 1) * ENTRY_BYTES as u64)?;
                     max_offset = Some(first_offset + i + 1);
                     break;
                 }
                 None if files.len() > 1 => {
-                    dropped += entries;
                     files.remove(&file_number);
                     std::fs::remove_file(self.file_path(file_number))?;
                 }
                 None => {
-                    dropped += entries;
                     file.set_len(0)?;
                     max_offset = Some(first_offset);
                 }
@@ -542,7 +611,7 @@ impl ConsumeQueue {
         drop(files);
         // The tail (empty since the write above) continues at the new end, not past dropped
         // entries: `flush` counts what it holds as written.
-        self.tail().first = max_offset;
+        self.tail().restart(max_offset);
         Ok(dropped)
     }
 }
@@ -682,8 +751,10 @@ mod tests {
         q.write_entries(next, &bytes).expect("write");
         next += 5;
         q.publish(next);
+        // Three full pages went out, the last one's end padded with zeros.
         let file_len = std::fs::metadata(q.path_for(0)).expect("file").len();
-        assert_eq!(file_len, 3 * per_write as u64 * ENTRY_BYTES as u64);
+        let written = 3 * per_write as u64 * ENTRY_BYTES as u64;
+        assert_eq!(file_len, written.next_multiple_of(PAGE_BYTES));
         let mut out = Vec::new();
         q.read_entries(next - 10, 10, &mut out).expect("read");
         for (i, chunk) in out.chunks(ENTRY_BYTES).enumerate() {
@@ -711,5 +782,57 @@ mod tests {
         q.publish(12);
         q.read_entries(9, 3, &mut out).expect("read");
         assert_eq!(Entry::decode(&out[2 * ENTRY_BYTES..]).tags_code, 11);
+    }
+
+    /// Each flush writes from a page's start to a page's end (or the file's), whatever number
+    /// of entries it carries; what it writes reads back, and reopens, as exactly those entries.
+    #[test]
+    fn writes_cover_whole_pages_and_reopen_to_the_same_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // 500 entries per file: 10,000 bytes, two full pages and a partial one.
+        let q = ConsumeQueue::open(dir.path(), "T", 0, 500).expect("open");
+        let mut next = 0u64;
+        for step in 1..=60u64 {
+            let n = step * 7 % 23 + 1;
+            let bytes: Vec<u8> = (next..next + n).flat_map(entry_at).collect();
+            q.write_entries(next, &bytes).expect("write");
+            next += n;
+            q.publish(next);
+            q.flush().expect("flush");
+            for file_number in 0..=(next - 1) / 500 {
+                let path = dir
+                    .path()
+                    .join("T/0")
+                    .join(segment_name(file_number * 10_000));
+                let len = std::fs::metadata(&path).expect("file").len();
+                assert!(
+                    len.is_multiple_of(PAGE_BYTES) || len == 10_000,
+                    "{} is {len} bytes after {next} entries",
+                    path.display()
+                );
+            }
+        }
+        assert!(next > 500, "the entries span files");
+        let mut out = Vec::new();
+        q.read_entries(0, next, &mut out).expect("read");
+        assert_eq!(out, (0..next).flat_map(entry_at).collect::<Vec<u8>>());
+        drop(q);
+
+        let q = ConsumeQueue::open(dir.path(), "T", 0, 500).expect("reopen");
+        assert_eq!(q.trim(u64::MAX).expect("trim"), 0, "zeros are not entries");
+        assert_eq!(q.bounds(), (0, next));
+        q.read_entries(0, next, &mut out)
+            .expect("read after reopen");
+        assert_eq!(out, (0..next).flat_map(entry_at).collect::<Vec<u8>>());
+        // Appends go on after the trim cut the padding.
+        let bytes: Vec<u8> = (next..next + 3).flat_map(entry_at).collect();
+        q.write_entries(next, &bytes).expect("write after reopen");
+        q.publish(next + 3);
+        q.flush().expect("flush");
+        q.read_entries(next - 2, 5, &mut out).expect("read");
+        assert_eq!(
+            out,
+            (next - 2..next + 3).flat_map(entry_at).collect::<Vec<u8>>()
+        );
     }
 }
