@@ -1,9 +1,14 @@
 //! The slave side of metadata replication: what a slave takes from its master's answers to
-//! GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and
-//! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (RocketMQ's SlaveSynchronize). The `apply_*` functions are
-//! plain changes to the state with no I/O but the tables' own persistence; `copy_from_master`
-//! asks a master (Quiver or RocketMQ) for the four and applies them. Messages are not copied
-//! here: that is the CommitLog's replication.
+//! GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET,
+//! GET_ALL_SUBSCRIPTIONGROUP_CONFIG and GET_TIMER_CHECK_POINT (RocketMQ's SlaveSynchronize). The
+//! `apply_*` functions are plain changes to the state with no I/O but the tables' own
+//! persistence; `copy_from_master` asks a master (Quiver or RocketMQ) for them and applies
+//! them. Messages are not copied here: that is the CommitLog's replication.
+//!
+//! The timer progress says which timer messages the master has delivered, and a delivery is a
+//! message in the master's CommitLog: the slave takes the progress only once its own log holds
+//! everything the master had written when it answered (`MasterTimerProgress`), or a failover
+//! could skip a message whose delivered copy never reached the slave.
 //!
 //! The answers are peer input: names that are not valid topic or group names, negative queue
 //! ids, levels and offsets are skipped, and a frame is at most `FRAME_BYTES_MAX`.
@@ -12,12 +17,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use quiver_wire::body::{
-    self, ConsumerOffsetSerializeWrapper, DelayOffsetSerializeWrapper, SubscriptionGroupWrapper,
-    TopicConfigAndMappingSerializeWrapper,
+    self, ConsumerOffsetSerializeWrapper, DelayOffsetSerializeWrapper, KvTable,
+    SubscriptionGroupWrapper, TopicConfigAndMappingSerializeWrapper,
 };
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::UpdateConsumerOffsetRequestHeader;
-use quiver_wire::{Command, Encoding};
+use quiver_wire::{Command, Encoding, TimerCheckpoint};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
@@ -47,6 +52,16 @@ pub struct CopyReport {
     /// Groups the master listed (invalid names skipped), and whether the slave's table changed.
     pub subscription_groups: usize,
     pub subscription_groups_changed: bool,
+    /// The master's timer progress, to take once this slave's log reaches the master's end;
+    /// None when the master runs no timer wheel.
+    pub timer: Option<MasterTimerProgress>,
+}
+
+/// A master's timer progress and its CommitLog's end right after it answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MasterTimerProgress {
+    pub progress: crate::timer::Progress,
+    pub master_position: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,10 +121,84 @@ pub async fn copy_from_master(
         )
         .await?,
     };
-    let report = apply(broker, meta)?;
+    // The rest of the copy does not depend on it: a master whose answer does not parse still
+    // has its topics and offsets copied (and the slave, promoted, delivers again).
+    let timer = match ask_timer_progress(&mut link, deadline).await {
+        Ok(timer) => timer,
+        Err(error) => {
+            tracing::debug!(%error, "no timer progress from the master");
+            None
+        }
+    };
+    let mut report = apply(broker, meta)?;
+    report.timer = timer;
     tell_master(&mut link, &report.offsets.kept_newer, deadline).await?;
     broker.offsets.master_took(&report.offsets.kept_newer);
     Ok(report)
+}
+
+/// The master's timer progress, then its CommitLog's end (GET_BROKER_RUNTIME_INFO, asked
+/// after the progress arrived, so that it covers every delivery the progress counts). None
+/// when the master refuses GET_TIMER_CHECK_POINT: it runs no wheel, or predates timers.
+async fn ask_timer_progress(
+    link: &mut Link,
+    deadline: Instant,
+) -> Result<Option<MasterTimerProgress>, CopyError> {
+    let request = Command::request(request_code::GET_TIMER_CHECK_POINT, Encoding::Json);
+    let response = match call(link, request, deadline).await {
+        Ok(response) => response,
+        Err(CopyError::Refused { .. }) => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let addr = link.addr.clone();
+    let bad_body = |request: &'static str, message: String| CopyError::BadBody {
+        addr: addr.clone(),
+        request,
+        message,
+    };
+    let checkpoint = TimerCheckpoint::decode(&response.body)
+        .map_err(|message| bad_body("GET_TIMER_CHECK_POINT", message))?;
+    let runtime: KvTable = ask(link, request_code::GET_BROKER_RUNTIME_INFO, deadline).await?;
+    let master_position = runtime
+        .table
+        .get("commitLogMaxOffset")
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| {
+            bad_body(
+                "GET_BROKER_RUNTIME_INFO",
+                "no commitLogMaxOffset in the runtime info".to_string(),
+            )
+        })?;
+    Ok(Some(MasterTimerProgress {
+        progress: crate::timer::Progress {
+            read_ms: checkpoint.last_read_time_ms.max(0),
+            indexed: u64::try_from(checkpoint.master_timer_queue_offset).unwrap_or(0),
+        },
+        master_position,
+    }))
+}
+
+/// Takes the master's timer progress into this slave's timer checkpoint once the slave's
+/// CommitLog holds everything the master had written when it answered. Returns whether it was
+/// taken (or was no news); `pending` is cleared then.
+pub async fn take_timer_progress(
+    broker: &Broker,
+    pending: &mut Option<MasterTimerProgress>,
+) -> std::io::Result<bool> {
+    let Some(timer) = *pending else {
+        return Ok(true);
+    };
+    if broker.store.stats().written_position < timer.master_position {
+        return Ok(false);
+    }
+    let root = broker.config.store_root.clone();
+    tokio::task::spawn_blocking(move || {
+        crate::timer::record_master_progress(&root, timer.progress)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    *pending = None;
+    Ok(true)
 }
 
 /// Sends the master the offsets consumers committed on this slave past the master's own
@@ -191,6 +280,7 @@ pub fn apply(broker: &Broker, meta: MasterMeta) -> Result<CopyReport, TopicError
         delay_offsets_changed,
         subscription_groups,
         subscription_groups_changed,
+        timer: None,
     })
 }
 

@@ -286,10 +286,15 @@ async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<boo
     let mut tick = tokio::time::interval(Duration::from_millis(METADATA_COPY_INTERVAL_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    // The master's timer progress, until this slave's log has caught up with it.
+    let mut timer = None;
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => return,
             _ = tick.tick() => {}
+        }
+        if let Err(error) = crate::replica_meta::take_timer_progress(&broker, &mut timer).await {
+            tracing::warn!(%error, "cannot record the master's timer progress; retrying");
         }
         let Some(master) = broker.replication.master().broker else {
             continue;
@@ -300,7 +305,12 @@ async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<boo
         }
         let timeout = Duration::from_millis(METADATA_COPY_TIMEOUT_MS);
         match crate::replica_meta::copy_from_master(&broker, &master, timeout).await {
-            Ok(_) => failing = false,
+            Ok(report) => {
+                failing = false;
+                if report.timer.is_some() {
+                    timer = report.timer;
+                }
+            }
             Err(error) if !failing => {
                 tracing::warn!(%master, %error, "cannot copy the master's topics and offsets; retrying");
                 failing = true;

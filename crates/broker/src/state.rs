@@ -39,6 +39,9 @@ pub struct Counters {
     pub pulls_found: AtomicU64,
     /// Timer messages in the wheel's memory (the buckets due within a minute or so).
     pub timer_pending: AtomicU64,
+    /// The timer wheel's progress after its last round (GET_TIMER_CHECK_POINT); None while no
+    /// wheel runs (a slave, or `timerWheelEnable=false`).
+    pub timer_progress: std::sync::Mutex<Option<crate::timer::Progress>>,
     rates: std::sync::Mutex<Rates>,
 }
 

@@ -11,6 +11,13 @@
 //! says how far the queue was indexed into buckets and up to which `(due, offset)` everything
 //! was delivered. After a crash, bucket entries written past the checkpoint are dropped and
 //! the queue is indexed again from it: a message may be delivered twice, never lost.
+//!
+//! Replicas: a slave runs no wheel; its master's deliveries reach it as ordinary messages. It
+//! copies the master's progress (GET_TIMER_CHECK_POINT, as RocketMQ's slave does) into its own
+//! checkpoint: every timer message below the master's indexed offset and due before its read
+//! time was delivered. A slave that becomes a master indexes its whole timer queue and leaves
+//! those out, so a failover delivers again only what the master may not have finished, not
+//! every timer message the log still holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
@@ -97,12 +104,29 @@ struct Checkpoint {
     delivered_offset: u64,
     /// Whether anything was delivered yet (the pair above means nothing until then).
     delivered_any: bool,
+    /// Copied from the master while this broker was its slave: the master had delivered every
+    /// timer-queue entry below `master_indexed` that fell due before `master_read_ms`.
+    master_read_ms: i64,
+    master_indexed: u64,
 }
 
 impl Checkpoint {
     fn delivered(&self, entry: (i64, u64)) -> bool {
         self.delivered_any && entry <= (self.delivered_due, self.delivered_offset)
     }
+
+    /// Whether the master this broker replicated delivered the entry at `offset`, due `due`.
+    fn delivered_by_master(&self, offset: u64, due: i64) -> bool {
+        offset < self.master_indexed && due < self.master_read_ms
+    }
+}
+
+/// How far a wheel has delivered, as a slave copies it: every timer-queue entry below
+/// `indexed` whose time came before `read_ms` is delivered (stored in its real topic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub read_ms: i64,
+    pub indexed: u64,
 }
 
 /// The wheel's state between rounds.
@@ -116,10 +140,35 @@ pub struct Wheel {
     pending: BTreeSet<(i64, u64)>,
     /// Bucket files appended to since the last checkpoint, to fsync before it.
     touched: BTreeSet<i64>,
+    /// The last round since opening that delivered everything due at its time.
+    drained: Option<Progress>,
 }
 
 fn minute(due_ms: i64) -> i64 {
     due_ms.div_euclid(BUCKET_MS)
+}
+
+fn checkpoint_path(store_root: &Path) -> PathBuf {
+    store_root.join("config").join("timerCheckpoint.json")
+}
+
+/// A slave's copy of its master's progress, into the checkpoint its own wheel opens with if it
+/// becomes a master. Returns whether the file changed. The slave runs no wheel, so nothing
+/// else writes the file meanwhile.
+pub fn record_master_progress(store_root: &Path, master: Progress) -> io::Result<bool> {
+    let path = checkpoint_path(store_root);
+    let mut state = persist::load(&path, |bytes| serde_json::from_slice::<Checkpoint>(bytes))
+        .map_err(io::Error::other)?;
+    if (state.master_read_ms, state.master_indexed) == (master.read_ms, master.indexed) {
+        return Ok(false);
+    }
+    state.master_read_ms = master.read_ms;
+    state.master_indexed = master.indexed;
+    persist::write_atomically(
+        &path,
+        &serde_json::to_vec(&state).expect("checkpoint serializes"),
+    )?;
+    Ok(true)
 }
 
 impl Wheel {
@@ -128,7 +177,7 @@ impl Wheel {
     pub fn open(store_root: &Path, now_ms: i64) -> io::Result<Wheel> {
         let dir = store_root.join("timer");
         fs::create_dir_all(&dir)?;
-        let path = store_root.join("config").join("timerCheckpoint.json");
+        let path = checkpoint_path(store_root);
         let state = persist::load(&path, |bytes| serde_json::from_slice::<Checkpoint>(bytes))
             .map_err(io::Error::other)?;
         let checkpoint_time = fs::metadata(&path)
@@ -165,6 +214,7 @@ impl Wheel {
             },
             pending: BTreeSet::new(),
             touched: BTreeSet::new(),
+            drained: None,
         })
     }
 
@@ -185,6 +235,9 @@ impl Wheel {
             }
             let mut by_bucket: BTreeMap<i64, Vec<(i64, u64)>> = BTreeMap::new();
             for (offset, due) in codes {
+                if self.state.delivered_by_master(offset, due) {
+                    continue;
+                }
                 // Never below what was delivered: a message indexed late (its time already
                 // past) goes after the cursor, so a restart does not skip it.
                 let due = if self.state.delivered_any {
@@ -227,8 +280,9 @@ impl Wheel {
         Ok(())
     }
 
-    /// Delivers what is due at `now`, in due order, a batch per append.
-    async fn deliver(&mut self, broker: &Broker, now: i64) {
+    /// Delivers what is due at `now`, in due order, a batch per append; false when an append
+    /// failed and some stay.
+    async fn deliver(&mut self, broker: &Broker, now: i64) -> bool {
         loop {
             let due: Vec<(i64, u64)> = self
                 .pending
@@ -238,7 +292,7 @@ impl Wheel {
                 .copied()
                 .collect();
             let Some(&last) = due.last() else {
-                return;
+                return true;
             };
             let mut records = Vec::with_capacity(due.len());
             for &(_, offset) in &due {
@@ -249,7 +303,7 @@ impl Wheel {
             if !records.is_empty() {
                 if let Err(error) = stored::append(&broker.store, records).await {
                     tracing::warn!(%error, "delivering timer messages failed; will retry");
-                    return;
+                    return false;
                 }
             }
             for entry in &due {
@@ -286,6 +340,14 @@ impl Wheel {
         Ok(())
     }
 
+    /// What this wheel has delivered, for a slave to copy: as of its last round that delivered
+    /// everything then due, every entry it had indexed that fell due by that round's time.
+    /// (A message indexed late is moved up to the cursor, never past the round's time, so that
+    /// round delivered it too.) Nothing is claimed before such a round since opening.
+    pub fn progress(&self) -> Progress {
+        self.drained.unwrap_or_default()
+    }
+
     /// Messages waiting in memory (the loaded buckets).
     pub fn pending_in_memory(&self) -> usize {
         self.pending.len()
@@ -295,7 +357,13 @@ impl Wheel {
     pub async fn round(&mut self, broker: &Broker, now: i64) -> io::Result<()> {
         self.index(broker)?;
         self.load(now)?;
-        self.deliver(broker, now).await;
+        // Drained: every bucket up to now loaded (not held back by PENDING_MAX) and delivered.
+        if self.deliver(broker, now).await && self.loaded_through >= minute(now) {
+            self.drained = Some(Progress {
+                read_ms: now.saturating_add(1),
+                indexed: self.state.indexed,
+            });
+        }
         Ok(())
     }
 }
@@ -388,6 +456,11 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             wheel.pending_in_memory() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
+        *broker
+            .counters
+            .timer_progress
+            .lock()
+            .expect("timer progress lock poisoned") = Some(wheel.progress());
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
             if let Err(error) = wheel.persist() {

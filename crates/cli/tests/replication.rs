@@ -664,3 +664,86 @@ fn a_slave_restarted_as_master_serves_its_copy_takes_sends_and_is_followed() {
         );
     }
 }
+
+/// Timer messages across a failover: the master delivers the first, the slave copies that
+/// progress (GET_TIMER_CHECK_POINT) with the delivered copy, and the slave's data restarted as a
+/// master delivers the second at its time and not the first again.
+#[test]
+fn a_slave_promoted_after_its_master_delivered_a_timer_does_not_deliver_it_again() {
+    const TOPIC: &str = "Jobs";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let namesrv = namesrv(dir.path());
+    let mut master = master_broker(dir.path(), namesrv.namesrv(), "SYNC_MASTER");
+    let mut admin = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    admin.create_topic(TOPIC, 1).expect("create topic");
+    let mut first_slave = slave(dir.path(), namesrv.namesrv());
+    wait_until(CATCH_UP, || {
+        let answer = send(&mut admin, "Probe", 0, b"probe");
+        (answer.code == response_code::SUCCESS).then_some(())
+    })
+    .expect("the slave follows the master");
+    let timer = |delay_ms: u64| SendOptions {
+        queue_id: Some(0),
+        properties: vec![("TIMER_DELAY_MS".into(), delay_ms.to_string())],
+        ..SendOptions::default()
+    };
+    // Job 1 is due well after the copy below, which takes a few seconds: the master must still
+    // hold it when it is killed.
+    for (body, delay_ms) in [(&b"job 0"[..], 500), (&b"job 1"[..], 30_000)] {
+        let answer = admin.send(TOPIC, body, &timer(delay_ms)).expect("send");
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    }
+    wait_until(CATCH_UP, || {
+        (pull_all(&mut admin, TOPIC, 0, 0).len() == 1).then_some(())
+    })
+    .expect("the master delivers job 0");
+    // The slave records the master's progress once its log holds the delivered copy.
+    let checkpoint = dir.path().join("slave/config/timerCheckpoint.json");
+    let read_ms = || -> Option<i64> {
+        let text = std::fs::read_to_string(&checkpoint).ok()?;
+        let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+        value.get("masterReadMs")?.as_i64()
+    };
+    let job_0_due = pull_all(&mut admin, TOPIC, 0, 0)[0]
+        .property("TIMER_OUT_MS")
+        .and_then(|due| due.parse::<i64>().ok())
+        .expect("the delivered message names its time");
+    wait_until(Duration::from_secs(20), || {
+        (read_ms()? > job_0_due).then_some(())
+    })
+    .expect("the slave copies the master's timer progress");
+    assert_eq!(
+        pull_all(&mut admin, TOPIC, 0, 0).len(),
+        1,
+        "job 1 is not due yet"
+    );
+    master.kill9().expect("kill the master");
+    first_slave.terminate().expect("stop the slave");
+
+    let conf = dir.path().join("promoted.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "brokerName=broker-a\nbrokerId=0\nbrokerRole=ASYNC_MASTER\nlistenPort=0\nhaListenPort=0\n\
+             storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\n",
+            dir.path().join("slave").display()
+        ),
+    )
+    .expect("write promoted.conf");
+    let ns = namesrv.namesrv().to_string();
+    let promoted = QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", conf.to_str().unwrap(), "-n", &ns],
+        &dir.path().join("promoted-log"),
+    )
+    .expect("the slave's data starts as a master");
+    let mut client = WireClient::connect(promoted.broker(), Encoding::Json).expect("connect");
+    // Job 1 falls due after job 0: once it is there, a second job 0 would be too.
+    let delivered = wait_until(Duration::from_secs(60), || {
+        let all = pull_all(&mut client, TOPIC, 0, 0);
+        all.iter().any(|m| &m.body[..] == b"job 1").then_some(all)
+    })
+    .expect("the promoted master delivers job 1");
+    let bodies: Vec<&[u8]> = delivered.iter().map(|m| &m.body[..]).collect();
+    assert_eq!(bodies, [&b"job 0"[..], &b"job 1"[..]]);
+}

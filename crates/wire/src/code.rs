@@ -29,6 +29,7 @@ pub mod request_code {
     pub const GET_ALL_CONSUMER_OFFSET: i32 = 43;
     pub const GET_ALL_DELAY_OFFSET: i32 = 45;
     pub const CHECK_CLIENT_CONFIG: i32 = 46;
+    pub const GET_TIMER_CHECK_POINT: i32 = 60;
     pub const PUT_KV_CONFIG: i32 = 100;
     pub const GET_KV_CONFIG: i32 = 101;
     pub const DELETE_KV_CONFIG: i32 = 102;
@@ -114,6 +115,7 @@ pub mod request_code {
         (GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET"),
         (GET_ALL_DELAY_OFFSET, "GET_ALL_DELAY_OFFSET"),
         (CHECK_CLIENT_CONFIG, "CHECK_CLIENT_CONFIG"),
+        (GET_TIMER_CHECK_POINT, "GET_TIMER_CHECK_POINT"),
         (PUT_KV_CONFIG, "PUT_KV_CONFIG"),
         (GET_KV_CONFIG, "GET_KV_CONFIG"),
         (DELETE_KV_CONFIG, "DELETE_KV_CONFIG"),

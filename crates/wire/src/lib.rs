@@ -15,6 +15,7 @@ pub mod header;
 mod json_header;
 pub mod message;
 pub mod stats;
+pub mod timer_checkpoint;
 
 pub use batch::{decode_batch, encode_batch, BatchEntry};
 pub use body::*;
@@ -31,3 +32,4 @@ pub use message::{
     QUEUE_OFFSET_POSITION,
 };
 pub use stats::{ConsumeStats, OffsetWrapper, TopicOffset, TopicStatsTable};
+pub use timer_checkpoint::TimerCheckpoint;

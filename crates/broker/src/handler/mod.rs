@@ -153,6 +153,7 @@ fn handler_for(code: i32) -> Option<Handler> {
         GET_ALL_CONSUMER_OFFSET => replica::all_consumer_offset,
         GET_ALL_DELAY_OFFSET => replica::all_delay_offset,
         GET_ALL_SUBSCRIPTIONGROUP_CONFIG => replica::all_subscription_group,
+        GET_TIMER_CHECK_POINT => replica::timer_check_point,
         UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => group::update,
         DELETE_SUBSCRIPTIONGROUP => group::delete,
         GET_SUBSCRIPTIONGROUP_CONFIG => group::get,

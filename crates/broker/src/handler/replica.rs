@@ -1,5 +1,6 @@
 //! What a slave copies from its master, answered as a master: GET_ALL_TOPIC_CONFIG,
-//! GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG. The
+//! GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG and
+//! GET_TIMER_CHECK_POINT. The
 //! bodies have the shapes RocketMQ's slave parses (`quiver_wire::body`: the wrappers' field
 //! names, checked against RocketMQ 5's serialization); the applying side is `replica_meta`.
 //!
@@ -15,7 +16,7 @@ use quiver_wire::body::{
     TopicConfigAndMappingSerializeWrapper,
 };
 use quiver_wire::code::response_code;
-use quiver_wire::{Command, ExtFields};
+use quiver_wire::{Command, ExtFields, TimerCheckpoint};
 
 use super::{answer, Call, Handled};
 
@@ -82,6 +83,40 @@ pub fn all_delay_offset(call: &Call, request: &Command) -> Handled {
         request
             .response_to(response_code::SUCCESS)
             .with_body(body::to_json(&wrapper)),
+    )
+}
+
+/// The timer wheel's progress in RocketMQ's TimerCheckpoint form: the read time it has
+/// delivered everything before, and the timer-queue offset it has indexed up to (Quiver has no
+/// timer log: its flush position is 0). Refused as RocketMQ refuses it when no wheel runs.
+pub fn timer_check_point(call: &Call, request: &Command) -> Handled {
+    let progress = *call
+        .broker
+        .counters
+        .timer_progress
+        .lock()
+        .expect("timer progress lock poisoned");
+    let Some(progress) = progress else {
+        return answer(
+            request
+                .response_to(response_code::SYSTEM_ERROR)
+                .with_remark("The checkpoint is null: no timer wheel runs on this broker"),
+        );
+    };
+    let indexed = i64::try_from(progress.indexed).unwrap_or(i64::MAX);
+    let checkpoint = TimerCheckpoint {
+        last_read_time_ms: progress.read_ms,
+        last_timer_log_flush_pos: 0,
+        last_timer_queue_offset: indexed,
+        master_timer_queue_offset: indexed,
+        state_version: 0,
+        timestamp: call.now_ms,
+        counter: 0,
+    };
+    answer(
+        request
+            .response_to(response_code::SUCCESS)
+            .with_body(checkpoint.encode()),
     )
 }
 
