@@ -370,6 +370,7 @@ impl Appender {
                 .write_entries(writer.pending_first, &writer.pending)?;
         }
         self.index.add(&self.keys)?;
+        self.index.indexed_up_to(position);
         assert!(
             position - base < segment_bytes,
             "a segment always keeps room for its end marker"
@@ -681,6 +682,7 @@ impl Appender {
                 .map_err(io)?;
         }
         self.index.add(&self.keys).map_err(io)?;
+        self.index.indexed_up_to(end);
         self.commitlog.advance_replicated(end);
         Ok(())
     }

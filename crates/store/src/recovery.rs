@@ -1,5 +1,6 @@
-//! Recovery at open: find the valid end of the CommitLog, rebuild ConsumeQueue and index
-//! entries past the checkpoint, trim ConsumeQueues to the log, write a fresh checkpoint.
+//! Recovery at open: find the valid end of the CommitLog, rebuild ConsumeQueue entries past
+//! the checkpoint and index entries past the index's own durable end, trim ConsumeQueues to the
+//! log, write a fresh checkpoint.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -141,10 +142,15 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
     let segments = Segments::open(&config.commitlog_dir, config.segment_bytes)?;
     let queues = Queues::open(config, &mut report.problems)?;
     let deletions = queues.deletions();
+    // The index is made durable less often than the checkpoint (`Index::flush_if_due`): its
+    // keys are re-added from where its last flush left it, which may be before the dispatch
+    // point. A checkpoint of the first format flushed the index with the queues.
+    let index_from = checkpoint.map_or(0, |c| c.index_flushed_position);
     let index = Index::open(
         &config.index_dir,
         config.index_slots,
         config.index_entries_max,
+        index_from,
         &mut report.problems,
     )?;
     let damaged_before = damaged::load(&config.damaged_path, &mut report.problems)
@@ -155,13 +161,16 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
         segments: &segments,
         queues: &queues,
         index: &index,
+        dispatch_from: start,
+        index_from,
         report: &mut report,
         keys: Vec::new(),
         bad_ranges: Vec::new(),
         queue_next: HashMap::new(),
         deletions,
     };
-    let end = scan.run(start)?;
+    let end = scan.run(start.min(index_from))?;
+    index.indexed_up_to(end);
     let found = std::mem::take(&mut scan.bad_ranges);
     report.commitlog_end = end;
     for queue in queues.all() {
@@ -302,6 +311,10 @@ struct Scan<'a> {
     segments: &'a Segments,
     queues: &'a Queues,
     index: &'a Index,
+    /// Records from here on get their ConsumeQueue entries again (the checkpoint covers those
+    /// before), and from `index_from` on their keys.
+    dispatch_from: u64,
+    index_from: u64,
     report: &'a mut RecoveryReport,
     keys: Vec<KeyEntry>,
     bad_ranges: Vec<BadRange>,
@@ -470,15 +483,18 @@ impl Scan<'_> {
         if deleted::is_deleted(&self.deletions, view.topic, position) {
             return Ok(Step::Record(total));
         }
-        let entry = Entry {
-            position,
-            size: total as u32,
-            tags_code: view.tags_code(),
-        };
-        let queue = self
-            .queues
-            .get_or_create(view.topic, view.queue_id as u32)?;
-        queue.write_entries(view.queue_offset as u64, &entry.encode())?;
+        if position >= self.dispatch_from {
+            let entry = Entry {
+                position,
+                size: total as u32,
+                tags_code: view.tags_code(),
+            };
+            let queue = self
+                .queues
+                .get_or_create(view.topic, view.queue_id as u32)?;
+            queue.write_entries(view.queue_offset as u64, &entry.encode())?;
+            self.report.records_redispatched += 1;
+        }
         let next = view.queue_offset as u64 + 1;
         match self.queue_next.get_mut(view.topic) {
             Some(queues) => {
@@ -490,16 +506,17 @@ impl Scan<'_> {
                 self.queue_next.insert(view.topic.to_string(), queues);
             }
         }
-        let mut keys = std::mem::take(&mut self.keys);
-        view.for_each_key(|key| {
-            keys.push(KeyEntry {
-                key_hash: quiver_record::index_key_hash(view.topic, key),
-                position,
-                store_timestamp_ms: view.store_timestamp_ms,
-            })
-        });
-        self.keys = keys;
-        self.report.records_redispatched += 1;
+        if position >= self.index_from {
+            let mut keys = std::mem::take(&mut self.keys);
+            view.for_each_key(|key| {
+                keys.push(KeyEntry {
+                    key_hash: quiver_record::index_key_hash(view.topic, key),
+                    position,
+                    store_timestamp_ms: view.store_timestamp_ms,
+                })
+            });
+            self.keys = keys;
+        }
         if self.keys.len() >= KEY_BATCH {
             self.index.add(&self.keys)?;
             self.keys.clear();

@@ -642,3 +642,68 @@ fn a_consume_queue_entry_pointing_nowhere_is_skipped_not_failed() {
         .collect();
     assert_all_readable(&store, &kept);
 }
+
+/// The index is flushed every few seconds, not with each checkpoint: a crash after a
+/// checkpoint that moved past the index's last flush re-adds the keys of the records in
+/// between (found once, not lost and not twice), and ConsumeQueue entries are not redone for
+/// the records the checkpoint covers.
+#[test]
+fn keys_written_after_the_index_flush_are_added_again_once_after_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = small_config(dir.path());
+    let (store, _) = Store::open(config.clone()).expect("open");
+    let started = std::time::Instant::now();
+    fill(&store, 20);
+    // Everything durable, the index too: its next flush is ten seconds away.
+    store.flush().expect("flush");
+    let indexed = store.stats().written_position;
+    let more: Vec<_> = (20..40)
+        .map(|i| {
+            let uniq = format!("U{i}");
+            let r = record(Spec {
+                topic: "T",
+                queue_id: 0,
+                body: b"after the index flush",
+                uniq_key: Some(&uniq),
+                ..Spec::default()
+            });
+            append(&store, vec![r]).expect("append").entries[0]
+        })
+        .collect();
+    let end = store.stats().written_position;
+    // The background checkpoint (every 10 ms here) covers the new records' queue entries.
+    let read_checkpoint = || {
+        let bytes = std::fs::read(&config.checkpoint_path).expect("checkpoint");
+        let u64_at = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
+        (u64_at(16), u64_at(40))
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while read_checkpoint().0 < end {
+        assert!(
+            std::time::Instant::now() < until,
+            "no checkpoint past {end}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (dispatched, index) = read_checkpoint();
+    if started.elapsed() < std::time::Duration::from_secs(9) {
+        assert_eq!(
+            (dispatched, index),
+            (end, indexed),
+            "queues checkpointed past the index"
+        );
+    }
+    drop(store);
+
+    let (store, report) = Store::open(config).expect("reopen");
+    assert!(report.crashed);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.records_redispatched, 0, "the queues were durable");
+    for i in [0, 19, 20, 39] {
+        let found = store
+            .query_by_key("T", &format!("U{i}"), 5, 0, i64::MAX)
+            .expect("query");
+        assert_eq!(found.len(), 1, "key U{i}");
+    }
+    assert_eq!(store.bounds("T", 0).max_offset, 7 + more.len() as u64);
+}

@@ -1,7 +1,9 @@
 //! The durability layer: what makes written records durable and says how far they are.
 //!
-//! - `Durability` writes the checkpoint: it flushes the ConsumeQueues and index up to what is
-//!   dispatched, then records how far the CommitLog and they are durable (`checkpoint.rs`).
+//! - `Durability` writes the checkpoint: it flushes the ConsumeQueues up to what is dispatched,
+//!   then records how far the CommitLog and they are durable (`checkpoint.rs`). The index is
+//!   flushed on its own, slower schedule (`Index::flush_if_due`) and says in its own files how
+//!   far it is durable; recovery re-adds keys from there.
 //! - `flusher.rs`: the threads that fsync the CommitLog with async flush and write the
 //!   checkpoint in the background.
 //! - `group_commit.rs`: with sync flush, who runs the fdatasync that answers written groups.
@@ -54,6 +56,9 @@ impl Durability {
         self.log
             .flush(written)
             .map_err(|e| OpenError::io(self.log.dir(), &e))?;
+        self.index
+            .flush()
+            .map_err(|e| OpenError::io(self.index.dir(), &e))?;
         self.write_checkpoint()
     }
 
@@ -68,7 +73,9 @@ impl Durability {
         let dispatched = self.log.written();
         let flushed = self.log.durable();
         let target = dispatched.min(flushed);
-        if last.dispatched_flushed_position == target && last.commitlog_flushed_position == flushed
+        if last.dispatched_flushed_position == target
+            && last.commitlog_flushed_position == flushed
+            && last.index_flushed_position == self.index.durable_end()
         {
             return Ok(());
         }
@@ -78,7 +85,7 @@ impl Durability {
                 .map_err(|e| OpenError::io(&queue.path_for(0), &e))?;
         }
         self.index
-            .flush()
+            .flush_if_due()
             .map_err(|e| OpenError::io(self.index.dir(), &e))?;
         let now = checkpoint::now_ms();
         let next = Checkpoint {
@@ -87,6 +94,7 @@ impl Durability {
             dispatched_flushed_position: target,
             commitlog_flushed_ms: now,
             dispatched_flushed_ms: now,
+            index_flushed_position: self.index.durable_end(),
         };
         checkpoint::write(&self.checkpoint_path, &next)
             .map_err(|e| OpenError::io(&self.checkpoint_path, &e))?;

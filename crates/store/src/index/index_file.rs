@@ -27,6 +27,9 @@ const _: () = assert!(ENTRY_BYTES == 4 + 8 + 4 + 4);
 /// no longer cached, holding the file's lock, and the appender's next entry write waited for
 /// that disk read.
 const PAGE_BYTES: u64 = 4096;
+/// The most one write of the slot table carries: a write holds the file's lock throughout,
+/// and the appender's next entry write waits for it.
+const WRITE_BYTES_MAX: usize = 16 * PAGE_BYTES as usize;
 // Page boundaries fall between slots.
 const _: () = assert!((PAGE_BYTES - HEADER_BYTES).is_multiple_of(SLOT_BYTES));
 pub const NAME_DIGITS: usize = 17;
@@ -243,7 +246,10 @@ fn write_table_pages(
                 bytes.extend_from_slice(entries);
             }
         }
-        file.file.write_all_at(&bytes, start)?;
+        for (i, chunk) in bytes.chunks(WRITE_BYTES_MAX).enumerate() {
+            file.file
+                .write_all_at(chunk, start + (i * WRITE_BYTES_MAX) as u64)?;
+        }
     }
     Ok(())
 }

@@ -4,9 +4,15 @@
 //!
 //! The active file keeps its slots in memory as atomics: the appender writes the entries to the
 //! file first and then stores the slot, so a reader that sees a slot finds its entry on disk.
-//! Slots and the header reach the file when the checkpoint flushes (or the file is sealed),
+//! Slots and the header reach the file when the index is flushed (or the file is sealed),
 //! which keeps the append path at one write per group. After a crash the on-disk slots may point
 //! at entries past the header's indexCount; `open` walks such chains back below it.
+//!
+//! Flushes come every `FLUSH_INTERVAL`, not with every checkpoint: keys hash all over the slot
+//! table, so each flush writes back most of its pages (about 20 MB with the default 5 million
+//! slots), and at the checkpoint's 500 ms that doubled what the broker wrote to disk. A flush
+//! says up to which CommitLog position every record's keys are durable (`durable_end`, which
+//! the checkpoint records); recovery re-adds the keys of the records from there.
 
 pub mod index_file;
 
@@ -17,12 +23,17 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::types::{OpenError, ReadError};
 use index_file::{
     entry_at, file_bytes, load_slots, next_name, slot_of, write_slots, zero_slots, Header,
     IndexEntry, IndexFile, HEADER_BYTES, NAME_DIGITS,
 };
+
+/// How often `flush_if_due` makes the slots durable (RocketMQ flushes an index file only
+/// when it is full): after a crash, recovery reads the CommitLog back this far to re-add keys.
+pub const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Index files are named by the wall-clock time they were created at (see `index_file`).
 fn now_ms() -> i64 {
@@ -46,6 +57,8 @@ struct Writer {
     overlay: HashMap<u32, u32>,
     sealed_unsynced: Vec<Arc<IndexFile>>,
     last_name: u64,
+    /// Every record below this CommitLog position has had its keys added.
+    indexed_end: u64,
 }
 
 pub struct Index {
@@ -54,13 +67,19 @@ pub struct Index {
     entries_max: u32,
     files: RwLock<Vec<Arc<IndexFile>>>,
     writer: Mutex<Writer>,
+    /// When `flush` last succeeded (None: not since opening), and the `indexed_end` it made
+    /// durable.
+    flushed: Mutex<(Option<Instant>, u64)>,
 }
 
 impl Index {
+    /// Opens the index files in `dir`; `durable_end` is where the last flush left them (the
+    /// checkpoint's word: keys of records from there on may be missing, and are added again).
     pub fn open(
         dir: &Path,
         slots: u32,
         entries_max: u32,
+        durable_end: u64,
         problems: &mut Vec<String>,
     ) -> Result<Index, OpenError> {
         assert!(
@@ -124,6 +143,7 @@ impl Index {
             overlay: HashMap::new(),
             sealed_unsynced: Vec::new(),
             last_name: names.last().map_or(0, |(n, _)| *n),
+            indexed_end: durable_end,
         };
         if let (Some(file), Some(header)) = (files.last(), headers.last()) {
             if header.index_count < entries_max {
@@ -141,7 +161,42 @@ impl Index {
             entries_max,
             files: RwLock::new(files),
             writer: Mutex::new(writer),
+            flushed: Mutex::new((None, durable_end)),
         })
+    }
+
+    /// Every record below this CommitLog position has its keys in the index files, durably.
+    pub fn durable_end(&self) -> u64 {
+        self.flushed.lock().expect("index flush lock poisoned").1
+    }
+
+    /// Says that every record below `end` has had its keys added (the appender, after each
+    /// group; recovery, as it goes).
+    pub fn indexed_up_to(&self, end: u64) {
+        let mut w = self.writer.lock().expect("index writer lock poisoned");
+        w.indexed_end = w.indexed_end.max(end);
+    }
+
+    /// Flushes when `FLUSH_INTERVAL` has passed since the last flush, or a sealed file waits
+    /// for its fsync (a sealed file's header would otherwise name records whose keys a crash
+    /// could lose).
+    pub fn flush_if_due(&self) -> io::Result<()> {
+        let sealed_waiting = !self
+            .writer
+            .lock()
+            .expect("index writer lock poisoned")
+            .sealed_unsynced
+            .is_empty();
+        let due = self
+            .flushed
+            .lock()
+            .expect("index flush lock poisoned")
+            .0
+            .is_none_or(|at| at.elapsed() >= FLUSH_INTERVAL);
+        if sealed_waiting || due {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// The directory holding the index files.
@@ -288,24 +343,33 @@ impl Index {
 
     /// Writes dirty slots and the header of the active file and fsyncs what changed.
     pub fn flush(&self) -> io::Result<()> {
-        let (active, header, mut dirty, sealed) = {
+        let (active, header, mut dirty, sealed, indexed_end) = {
             let mut w = self.writer.lock().expect("index writer lock poisoned");
             (
                 w.active.clone(),
                 w.header,
                 std::mem::take(&mut w.dirty_slots),
                 std::mem::take(&mut w.sealed_unsynced),
+                w.indexed_end,
             )
+        };
+        let flushed = || {
+            let mut flushed = self.flushed.lock().expect("index flush lock poisoned");
+            *flushed = (Some(Instant::now()), flushed.1.max(indexed_end));
         };
         for file in sealed {
             file.file.sync_data()?;
         }
         let Some(file) = active else {
+            flushed();
             return Ok(());
         };
         dirty.sort_unstable();
         dirty.dedup();
         let result = write_slots(&file, &dirty, &header).and_then(|()| file.file.sync_data());
+        if result.is_ok() {
+            flushed();
+        }
         if result.is_err() {
             // Keep them for the next attempt.
             let mut w = self.writer.lock().expect("index writer lock poisoned");
@@ -366,7 +430,7 @@ mod tests {
     fn chains_survive_reopen_and_roll() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut problems = Vec::new();
-        let index = Index::open(dir.path(), 4, 5, &mut problems).expect("open");
+        let index = Index::open(dir.path(), 4, 5, 0, &mut problems).expect("open");
         let keys: Vec<KeyEntry> = (0..10u64)
             .map(|i| KeyEntry {
                 key_hash: (i % 3) as i32,
@@ -388,7 +452,7 @@ mod tests {
         assert_eq!(collect(&index, 1), [700, 400, 100]);
         index.flush().expect("flush");
         drop(index);
-        let index = Index::open(dir.path(), 4, 5, &mut problems).expect("reopen");
+        let index = Index::open(dir.path(), 4, 5, 0, &mut problems).expect("reopen");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(collect(&index, 1), [700, 400, 100]);
         assert_eq!(collect(&index, 0), [900, 600, 300, 0]);
@@ -419,21 +483,21 @@ mod tests {
                 store_timestamp_ms: 1_000_000 + i as i64 * 1000,
             })
             .collect();
-        let index = Index::open(dir.path(), 4, 50, &mut problems).expect("open");
+        let index = Index::open(dir.path(), 4, 50, 0, &mut problems).expect("open");
         index.add(&keys).expect("add");
         index.flush().expect("flush");
         drop(index);
 
         // A begin far in the past: the next entry's time offset from it is out of range.
         patch_timestamps(dir.path(), i64::MIN + 10, 2_000_000);
-        let index = Index::open(dir.path(), 4, 50, &mut problems).expect("reopen");
+        let index = Index::open(dir.path(), 4, 50, 0, &mut problems).expect("reopen");
         index.add(&keys[..1]).expect("add past a damaged begin");
         index.flush().expect("flush");
         drop(index);
 
         // A begin at the end of time: entry times computed from it are out of range.
         patch_timestamps(dir.path(), i64::MAX - 10, i64::MAX);
-        let index = Index::open(dir.path(), 4, 50, &mut problems).expect("reopen");
+        let index = Index::open(dir.path(), 4, 50, 0, &mut problems).expect("reopen");
         let mut found = Vec::new();
         index
             .query(7, 0, i64::MAX, &mut |p| {
@@ -452,7 +516,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut problems = Vec::new();
         // 2,000 slots end the table at byte 8,040: page 1 holds slots 1,014 on and entries 0-7.
-        let index = Index::open(dir.path(), 2000, 100, &mut problems).expect("open");
+        let index = Index::open(dir.path(), 2000, 100, 0, &mut problems).expect("open");
         let key = |i: u64| KeyEntry {
             // Every other key lands in page 1's slots.
             key_hash: if i.is_multiple_of(2) {
@@ -468,7 +532,7 @@ mod tests {
             index.flush().expect("flush");
         }
         drop(index);
-        let index = Index::open(dir.path(), 2000, 100, &mut problems).expect("reopen");
+        let index = Index::open(dir.path(), 2000, 100, 0, &mut problems).expect("reopen");
         assert!(problems.is_empty(), "{problems:?}");
         for i in 0..30u64 {
             let mut found = Vec::new();
