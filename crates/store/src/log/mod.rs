@@ -154,6 +154,17 @@ impl Log {
             .any(|r| r.start <= position && position < r.end)
     }
 
+    /// Starts writing back the whole pages written since the last call (the page the writer
+    /// is still filling is left alone: writeback locks the pages it submits). Errors are left
+    /// to the fsync that follows, which sees them too.
+    pub fn start_writeback(&self, kicked: &mut u64) {
+        let to = self.written() / WRITEBACK_PAGE * WRITEBACK_PAGE;
+        let from = (*kicked).max(self.flushed());
+        if to > from && self.segments.start_writeback(from, to).is_ok() {
+            *kicked = to;
+        }
+    }
+
     /// fsyncs the CommitLog up to `target` and publishes the new flushed position.
     pub fn flush(&self, target: u64) -> io::Result<()> {
         let flushed = self.flushed_position.load(Ordering::Acquire);
@@ -181,6 +192,8 @@ impl Log {
     }
 }
 
+const WRITEBACK_PAGE: u64 = 4096;
+
 /// The segment the writer goes on with when the log ends at `end`: the last one if `end` lies
 /// in it, else none yet (the next segment starts at `end`).
 fn active_segment(segments: &Segments, end: u64) -> (u64, Option<Arc<File>>) {
@@ -189,5 +202,33 @@ fn active_segment(segments: &Segments, end: u64) -> (u64, Option<Arc<File>>) {
             (base, Some(file))
         }
         _ => (end, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    /// Writeback is started for whole pages up to the written position, across segments, and
+    /// never again for the same pages; nothing below the flushed position.
+    #[test]
+    fn writeback_covers_written_whole_pages_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let segments = commitlog::Segments::open(dir.path(), 8192).expect("open");
+        for base in [0, 8192] {
+            let file = segments.create(base).expect("create");
+            file.write_all_at(&[1u8; 8192], 0).expect("write");
+        }
+        let log = Log::new(segments, 13_000, 0, Vec::new());
+        let mut kicked = 0;
+        log.start_writeback(&mut kicked);
+        assert_eq!(kicked, 12_288, "the page being filled is left alone");
+        log.start_writeback(&mut kicked);
+        assert_eq!(kicked, 12_288);
+        log.flush(13_000).expect("flush");
+        let mut from_zero = 0;
+        log.start_writeback(&mut from_zero);
+        assert_eq!(from_zero, 0, "nothing new past the flushed position");
     }
 }
