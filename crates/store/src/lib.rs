@@ -40,6 +40,8 @@ pub use types::{
 };
 
 use appender::Appender;
+/// The checkpoint file's reader, for tools and tests that look at a store from outside.
+pub use durability::checkpoint::{read as read_checkpoint, Checkpoint};
 use durability::{flusher, Durability, GroupCommit};
 use index::Index;
 use log::{prealloc, Log};

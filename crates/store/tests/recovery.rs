@@ -673,9 +673,14 @@ fn keys_written_after_the_index_flush_are_added_again_once_after_a_crash() {
     let end = store.stats().written_position;
     // The background checkpoint (every 10 ms here) covers the new records' queue entries.
     let read_checkpoint = || {
-        let bytes = std::fs::read(&config.checkpoint_path).expect("checkpoint");
-        let u64_at = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
-        (u64_at(16), u64_at(40))
+        let checkpoint = quiver_store::read_checkpoint(&config.checkpoint_path)
+            .expect("read")
+            .expect("a checkpoint")
+            .expect("a valid one");
+        (
+            checkpoint.dispatched_flushed_position,
+            checkpoint.index_flushed_position,
+        )
     };
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while read_checkpoint().0 < end {

@@ -206,18 +206,13 @@ pub fn kill_when(
     kill()
 }
 
-/// The CommitLog flushed position in a store checkpoint file (layout in the store crate's
-/// `checkpoint.rs`: magic `QVCP`, version, then this position as a big-endian u64).
+/// The CommitLog flushed position in a store checkpoint file.
 pub fn checkpoint_flushed_position(path: &Path) -> anyhow::Result<u64> {
-    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    ensure!(
-        bytes.len() == 48 && &bytes[0..4] == b"QVCP",
-        "{} is not a checkpoint",
-        path.display()
-    );
-    let mut position = [0u8; 8];
-    position.copy_from_slice(&bytes[8..16]);
-    Ok(u64::from_be_bytes(position))
+    match quiver_store::read_checkpoint(path).with_context(|| format!("read {}", path.display()))? {
+        Some(Ok(checkpoint)) => Ok(checkpoint.commitlog_flushed_position),
+        Some(Err(error)) => bail!("{} is not a checkpoint: {error}", path.display()),
+        None => bail!("{} does not exist", path.display()),
+    }
 }
 
 /// Reads a whole queue with pulls from offset 0, failing on any unexpected answer.
