@@ -31,6 +31,20 @@ async fn delivered(h: &Harness, topic: &str) -> Vec<StoredMessage> {
     }
 }
 
+/// Sends "job 0", "job 1", ... to queue 0 of Jobs, each due after its delay in ms.
+async fn send_jobs(h: &Harness, delays_ms: &[i64]) {
+    for (i, delay) in delays_ms.iter().enumerate() {
+        let sent = h
+            .send(
+                "Jobs",
+                format!("job {i}").as_bytes(),
+                &timer(property::TIMER_DELAY_MS, *delay),
+            )
+            .await;
+        assert_eq!(sent.code, response_code::SUCCESS);
+    }
+}
+
 fn wheel(h: &Harness) -> Wheel {
     Wheel::open(&h.broker.config.store_root, h.now_ms).expect("wheel opens")
 }
@@ -208,16 +222,7 @@ async fn a_restart_loses_no_timer_and_a_checkpoint_keeps_delivered_ones_from_com
     let h = Harness::new();
     assert_eq!(h.create_topic("Jobs", 1).await.code, response_code::SUCCESS);
     let mut wheel = wheel(&h);
-    for (i, delay) in [1_000, 2_000, 90_000, 200_000].iter().enumerate() {
-        let sent = h
-            .send(
-                "Jobs",
-                format!("job {i}").as_bytes(),
-                &timer(property::TIMER_DELAY_MS, *delay),
-            )
-            .await;
-        assert_eq!(sent.code, response_code::SUCCESS);
-    }
+    send_jobs(&h, &[1_000, 2_000, 90_000, 200_000]).await;
     wheel.round(&h.broker, h.now_ms + 1_000).await.unwrap();
     assert_eq!(delivered(&h, "Jobs").await.len(), 1);
     wheel.persist().unwrap();
@@ -320,16 +325,7 @@ async fn a_promoted_slave_delivers_what_its_master_had_not() {
     let h = Harness::new();
     assert_eq!(h.create_topic("Jobs", 1).await.code, response_code::SUCCESS);
     let mut master = wheel(&h);
-    for (i, delay) in [1_000, 2_000, 90_000].iter().enumerate() {
-        let sent = h
-            .send(
-                "Jobs",
-                format!("job {i}").as_bytes(),
-                &timer(property::TIMER_DELAY_MS, *delay),
-            )
-            .await;
-        assert_eq!(sent.code, response_code::SUCCESS);
-    }
+    send_jobs(&h, &[1_000, 2_000, 90_000]).await;
     master.round(&h.broker, h.now_ms + 1_000).await.unwrap();
     assert_eq!(bodies(&h, "Jobs").await, ["job 0"]);
     let progress = master.progress();

@@ -50,6 +50,27 @@ fn slave_with(dir: &Path, namesrv: impl std::fmt::Display, extra: &str) -> Quive
     .expect("the slave starts")
 }
 
+/// The slave's folder (`dir/slave`, the slave stopped) started again as broker-a's master.
+fn promote(dir: &Path, namesrv: impl std::fmt::Display) -> QuiverProcess {
+    let conf = dir.join("promoted.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "brokerName=broker-a\nbrokerId=0\nbrokerRole=ASYNC_MASTER\nlistenPort=0\nhaListenPort=0\n\
+             storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\n",
+            dir.join("slave").display()
+        ),
+    )
+    .expect("write promoted.conf");
+    let namesrv = namesrv.to_string();
+    QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", conf.to_str().unwrap(), "-n", &namesrv],
+        &dir.join("promoted-log"),
+    )
+    .expect("the slave's data starts as a master")
+}
+
 fn max_offset(client: &mut WireClient, topic: &str, queue_id: i32) -> Option<i64> {
     queue_offset(client, request_code::GET_MAX_OFFSET, topic, queue_id)
 }
@@ -605,23 +626,7 @@ fn a_slave_restarted_as_master_serves_its_copy_takes_sends_and_is_followed() {
     first_slave.terminate().expect("stop the slave");
 
     // The slave's folder, now as broker-a's master.
-    let conf = dir.path().join("promoted.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "brokerName=broker-a\nbrokerId=0\nbrokerRole=ASYNC_MASTER\nlistenPort=0\nhaListenPort=0\n\
-             storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\n",
-            dir.path().join("slave").display()
-        ),
-    )
-    .expect("write promoted.conf");
-    let ns = namesrv.namesrv().to_string();
-    let promoted = QuiverProcess::start(
-        &binary(),
-        &["broker", "-c", conf.to_str().unwrap(), "-n", &ns],
-        &dir.path().join("promoted-log"),
-    )
-    .expect("the slave's data starts as a master");
+    let promoted = promote(dir.path(), namesrv.namesrv());
     let mut client = WireClient::connect(promoted.broker(), Encoding::Json).expect("connect");
     for (queue_id, records) in before.iter().enumerate() {
         let queue_id = queue_id as i32;
@@ -720,23 +725,7 @@ fn a_slave_promoted_after_its_master_delivered_a_timer_does_not_deliver_it_again
     master.kill9().expect("kill the master");
     first_slave.terminate().expect("stop the slave");
 
-    let conf = dir.path().join("promoted.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "brokerName=broker-a\nbrokerId=0\nbrokerRole=ASYNC_MASTER\nlistenPort=0\nhaListenPort=0\n\
-             storePathRootDir={}\nmappedFileSizeCommitLog={SEGMENT_BYTES}\n",
-            dir.path().join("slave").display()
-        ),
-    )
-    .expect("write promoted.conf");
-    let ns = namesrv.namesrv().to_string();
-    let promoted = QuiverProcess::start(
-        &binary(),
-        &["broker", "-c", conf.to_str().unwrap(), "-n", &ns],
-        &dir.path().join("promoted-log"),
-    )
-    .expect("the slave's data starts as a master");
+    let promoted = promote(dir.path(), namesrv.namesrv());
     let mut client = WireClient::connect(promoted.broker(), Encoding::Json).expect("connect");
     // Job 1 falls due after job 0: once it is there, a second job 0 would be too.
     let delivered = wait_until(Duration::from_secs(60), || {
