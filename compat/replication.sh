@@ -242,7 +242,17 @@ EOF
     log "quiver slave up"
     replication_tool "$dir" create-topic 127.0.0.1:9876 127.0.0.1:10911 "$TOPIC" "$QUEUES" >"$dir/create-topic.out" 2>&1 ||
         { cat "$dir/create-topic.out" >&2; return 1; }
-    check_replication "$dir" 127.0.0.1:10911 127.0.0.1:10921 "$dir/master-store" "$dir/slave-store"
+    check_replication "$dir" 127.0.0.1:10911 127.0.0.1:10921 "$dir/master-store" "$dir/slave-store" ||
+        return 1
+    # The slave also takes the master's timer progress (GET_TIMER_CHECK_POINT, RocketMQ's
+    # 56-byte answer) once its log holds the master's end, into its own timer checkpoint.
+    local progress="$dir/slave-store/config/timerCheckpoint.json" until_s=$((SECONDS + 30))
+    until grep -Eq '"masterReadMs":[1-9]' "$progress" 2>/dev/null; do
+        [ "$SECONDS" -lt "$until_s" ] ||
+            { log "the slave did not record the master's timer progress in 30 s"; return 1; }
+        sleep 0.2
+    done
+    log "the slave recorded the master's timer progress: $(cat "$progress")"
 }
 
 # 2. An Apache RocketMQ slave follows a Quiver master.
