@@ -10,6 +10,7 @@
 # then compares the two brokers (compat/replication/Replication.java): every queue's max offset,
 # every record pulled from the slave at its offset against the master's byte for byte and
 # against what was sent, and the CommitLog segment files of both stores up to the master's end.
+# In the first, the Quiver slave must also record the master's timer progress.
 #
 #   compat/replication.sh                      build quiver (debug) and run both
 #   QUIVER_BINARY=path compat/replication.sh   use that binary, build nothing
