@@ -1,9 +1,9 @@
 //! The durability layer: what makes written records durable and says how far they are.
 //!
 //! - `Durability` writes the checkpoint: it flushes the ConsumeQueues up to what is dispatched,
-//!   then records how far the CommitLog and they are durable (`checkpoint.rs`). The index is
-//!   flushed on its own, slower schedule (`Index::flush_if_due`) and says in its own files how
-//!   far it is durable; recovery re-adds keys from there.
+//!   then records how far the CommitLog, they and the index are durable (`checkpoint.rs`). The
+//!   index is flushed on its own, slower schedule (`Index::flush_if_due`); recovery re-adds keys
+//!   from the position the checkpoint gives for it.
 //! - `flusher.rs`: the threads that fsync the CommitLog with async flush and write the
 //!   checkpoint in the background.
 //! - `group_commit.rs`: with sync flush, who runs the fdatasync that answers written groups.
