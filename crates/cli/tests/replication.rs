@@ -289,7 +289,7 @@ fn producers_keep_sending_through_the_other_master_while_one_is_down() {
         let mut admin = WireClient::connect(broker, Encoding::Json).expect("connect");
         admin.create_topic("Spread", 4).expect("create topic");
     }
-    common::wait_for_route(namesrv.namesrv(), "Spread");
+    common::wait_for_route_on(namesrv.namesrv(), "Spread", 2);
     let b_addr = b.broker().to_string();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

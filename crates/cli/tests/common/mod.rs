@@ -53,6 +53,12 @@ pub fn send_header(group: &str, topic: &str) -> SendMessageHeader {
 
 /// Waits until the name server routes `topic` to a broker (registration is asynchronous).
 pub fn wait_for_route(namesrv: SocketAddr, topic: &str) -> TopicRouteData {
+    wait_for_route_on(namesrv, topic, 1)
+}
+
+/// Waits until the name server routes `topic` to at least `brokers` brokers: each master
+/// registers its topics on its own schedule.
+pub fn wait_for_route_on(namesrv: SocketAddr, topic: &str, brokers: usize) -> TopicRouteData {
     let mut client = WireClient::connect(namesrv, Encoding::Json).expect("connect namesrv");
     wait_until(Duration::from_secs(20), || {
         let request = Command::request(request_code::GET_ROUTEINFO_BY_TOPIC, Encoding::Json)
@@ -61,9 +67,10 @@ pub fn wait_for_route(namesrv: SocketAddr, topic: &str) -> TopicRouteData {
         if response.code != response_code::SUCCESS {
             return None;
         }
-        body::from_json::<TopicRouteData>(&response.body).ok()
+        let route = body::from_json::<TopicRouteData>(&response.body).ok()?;
+        (route.queue_datas.len() >= brokers).then_some(route)
     })
-    .unwrap_or_else(|| panic!("no route for {topic} within 20 s"))
+    .unwrap_or_else(|| panic!("no route for {topic} on {brokers} broker(s) within 20 s"))
 }
 
 /// Pulls a whole queue from `offset` to its end, checking each response.
