@@ -71,18 +71,33 @@ impl ConsumerOffsets {
 
     /// A consumer's commit (UPDATE_CONSUMER_OFFSET, or a pull that carries one).
     pub fn commit(&self, topic: &str, group: &str, queue_id: i32, offset: i64) {
-        let mut table = self.table.lock().expect("offset table lock poisoned");
         let key = key(topic, group);
-        table
-            .offset_table
-            .entry(key.clone())
-            .or_default()
-            .insert(queue_id, offset);
-        table
-            .committed_here
-            .entry(key)
-            .or_default()
-            .insert(queue_id);
+        let mut table = self.table.lock().expect("offset table lock poisoned");
+        // Consumers commit many times a second: allocate a key only for a new group.
+        match table.offset_table.get_mut(&key) {
+            Some(queues) => {
+                queues.insert(queue_id, offset);
+            }
+            None => {
+                table
+                    .offset_table
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(queue_id, offset);
+            }
+        }
+        match table.committed_here.get_mut(&key) {
+            Some(queues) => {
+                queues.insert(queue_id);
+            }
+            None => {
+                table
+                    .committed_here
+                    .entry(key)
+                    .or_default()
+                    .insert(queue_id);
+            }
+        }
         self.dirty.store(true, Ordering::Release);
     }
 

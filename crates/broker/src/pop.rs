@@ -338,10 +338,24 @@ impl PopState {
     /// Acknowledges one message. Returns the queue's new low watermark, or None when the
     /// message is not in flight (acknowledged already, or revived).
     pub fn ack(&self, key: &QueueKey, offset: u64) -> Option<u64> {
+        self.ack_many(key, [offset])
+    }
+
+    /// Acknowledges several messages of one queue at once: the queue's new lowest
+    /// unacknowledged offset, or None when none of them was in flight.
+    pub fn ack_many(&self, key: &QueueKey, offsets: impl IntoIterator<Item = u64>) -> Option<u64> {
         let mut inner = self.lock();
         let queue = inner.queues.get_mut(key)?;
-        queue.in_flight.remove(&offset)?;
-        queue.attempts.remove(&offset);
+        let mut any = false;
+        for offset in offsets {
+            if queue.in_flight.remove(&offset).is_some() {
+                queue.attempts.remove(&offset);
+                any = true;
+            }
+        }
+        if !any {
+            return None;
+        }
         let low = queue.low_watermark();
         self.changed();
         Some(low)

@@ -98,9 +98,10 @@ pub fn read(
             Err(e) => return Err(ReadError::io(&queue.path_for(offset), &e)),
         }
     }
-    let mut out = Vec::new();
     let mut next_offset = offset;
-    let mut run: Option<Run> = None;
+    // Contiguous records are read with one call; all reads happen once the entries are
+    // chosen, into a buffer sized once.
+    let mut runs: Vec<Run> = Vec::new();
     // Per taken entry: its size and its queue offset.
     let mut sizes = Vec::new();
     let mut offsets = Vec::new();
@@ -135,23 +136,15 @@ pub fn read(
             if !sizes.is_empty() && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
                 break;
             }
-            match &mut run {
+            match runs.last_mut() {
                 Some(r) if r.start.checked_add(r.bytes) == Some(entry.position) => {
                     r.bytes += u64::from(entry.size);
                 }
-                _ => {
-                    if let Some(r) = run.take() {
-                        damage = read_run(log, &r, &sizes, &mut out, &mut segment_cache)?;
-                        if damage.is_some() {
-                            break;
-                        }
-                    }
-                    run = Some(Run {
-                        start: entry.position,
-                        bytes: u64::from(entry.size),
-                        first: sizes.len(),
-                    });
-                }
+                _ => runs.push(Run {
+                    start: entry.position,
+                    bytes: u64::from(entry.size),
+                    first: sizes.len(),
+                }),
             }
             sizes.push(entry.size);
             offsets.push(offset + i as u64);
@@ -159,8 +152,12 @@ pub fn read(
         }
         next_offset = offset + i as u64 + 1;
     }
-    if let Some(r) = run.take().filter(|_| damage.is_none()) {
-        damage = read_run(log, &r, &sizes, &mut out, &mut segment_cache)?;
+    let mut out = Vec::with_capacity(taken_bytes as usize);
+    for run in &runs {
+        damage = read_run(log, run, &sizes, &mut out, &mut segment_cache)?;
+        if damage.is_some() {
+            break;
+        }
     }
     let mut count = sizes.len();
     if let Some(damage) = &damage {
@@ -228,12 +225,13 @@ fn read_run(
     let (base, file) = segment_cache
         .as_ref()
         .expect("segment cache was just filled");
-    let path = log.segment_path(*base);
+    // The path is formatted only when something is wrong: reads are the hot path.
+    let path = || log.segment_path(*base);
     let damage = |record: usize, position: u64, reason: String| {
         Some(Damage {
             record,
             error: ReadError::Corrupt {
-                path: path.display().to_string(),
+                path: path().display().to_string(),
                 position: position - base,
                 reason,
             },
@@ -258,12 +256,16 @@ fn read_run(
                 "ConsumeQueue entry points past the end of the segment file".to_string(),
             ));
         }
-        Err(e) => return Err(ReadError::io(&path, &e)),
+        Err(e) => return Err(ReadError::io(&path(), &e)),
     }
     // A cheap check that the entries and the log agree; the CRC is left to the consumer.
     let mut record_at = at;
     let mut position = run.start;
+    let run_end = at + run.bytes as usize;
     for (record, size) in sizes.iter().enumerate().skip(run.first) {
+        if record_at >= run_end {
+            break;
+        }
         let total = quiver_record::read_i32(out, record_at).unwrap_or(-1);
         let magic = quiver_record::read_i32(out, record_at + 4).unwrap_or(0);
         if total != *size as i32 || !quiver_record::is_record_magic(magic) {

@@ -206,7 +206,9 @@ fn produce(
         });
         acked += 1;
     }
-    Ok(format!("stopped after {acked} acks and {unconfirmed} unconfirmed"))
+    Ok(format!(
+        "stopped after {acked} acks and {unconfirmed} unconfirmed"
+    ))
 }
 
 /// The CommitLog position in an offset message id: its last 16 hex digits.

@@ -380,7 +380,11 @@ fn pop_queue(
                     .push(format!("{NORMAL} qo{queue_id}%{offset} {count}"));
             }
         }
-        found.body.extend_from_slice(&bytes);
+        if found.body.is_empty() {
+            found.body = bytes;
+        } else {
+            found.body.extend_from_slice(&bytes);
+        }
     }
 }
 
@@ -475,13 +479,20 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
         let bits = decode_base64(&entry.bit_set).ok_or_else(|| {
             Refusal::new(response_code::INVALID_PARAMETER, "bit set is not base64")
         })?;
-        for (byte_index, byte) in bits.iter().enumerate() {
-            for bit in 0..8 {
-                if byte & (1 << bit) != 0 {
-                    let offset = entry.start_offset + (byte_index * 8 + bit) as i64;
-                    acked(call.broker, &key, offset);
-                }
-            }
+        let offsets = bits.iter().enumerate().flat_map(|(byte_index, byte)| {
+            (0..8)
+                .filter(move |bit| byte & (1 << bit) != 0)
+                .map(move |bit| entry.start_offset + (byte_index * 8 + bit) as i64)
+        });
+        // One pass over the queue's state and one commit for the whole entry.
+        if let Some(low) = call
+            .broker
+            .pop
+            .ack_many(&key, offsets.filter_map(|o| u64::try_from(o).ok()))
+        {
+            call.broker
+                .offsets
+                .commit(&key.topic, &key.group, key.queue_id, low as i64);
         }
     }
     answer(request.response_to(response_code::SUCCESS))
