@@ -203,7 +203,7 @@ async fn pop_once(
         ext_i64("invisibleTime"),
         ext_i64("reviveQid") as i32,
     );
-    let messages = StoredMessage::decode_all(&response.body)
+    let messages = StoredMessage::decode_all_shared(&response.body)
         .map_err(|error| ClientError::bad_response(addr, error))?;
     // (retry flag, queue id) -> acknowledged offsets.
     let mut acked: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();

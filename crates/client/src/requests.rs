@@ -203,7 +203,7 @@ impl Client {
         let response = self.call_with_timeout(addr, request, timeout).await?;
         let status = match response.code {
             response_code::SUCCESS => PullStatus::Found(
-                StoredMessage::decode_all(&response.body)
+                StoredMessage::decode_all_shared(&response.body)
                     .map_err(|error| ClientError::bad_response(addr, error))?,
             ),
             response_code::PULL_NOT_FOUND => PullStatus::NoNewMessage,

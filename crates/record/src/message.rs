@@ -135,6 +135,16 @@ impl StoredMessage {
     /// Checks lengths against buf (never panics), magic v1/v2. Does not check the CRC unless
     /// `verify_crc` is true.
     pub fn decode(buf: &[u8], verify_crc: bool) -> Result<(StoredMessage, usize), MessageError> {
+        StoredMessage::decode_with(buf, verify_crc, Bytes::copy_from_slice)
+    }
+
+    /// `decode`, taking the body out of `buf` with `body_of`: a copy, or a slice of the
+    /// shared buffer the record came in.
+    fn decode_with(
+        buf: &[u8],
+        verify_crc: bool,
+        body_of: impl FnOnce(&[u8]) -> Bytes,
+    ) -> Result<(StoredMessage, usize), MessageError> {
         let mut head = Reader(Cursor::new(buf, 0));
         let total_size = head.i32()?;
         let total = usize::try_from(total_size)
@@ -208,7 +218,7 @@ impl StoredMessage {
             store_host,
             reconsume_times,
             prepared_transaction_offset,
-            body: Bytes::copy_from_slice(body),
+            body: body_of(body),
             topic: std::str::from_utf8(topic)
                 .map_err(|_| MessageError::BadUtf8("TOPIC"))?
                 .to_owned(),
@@ -227,6 +237,20 @@ impl StoredMessage {
             let (message, size) = StoredMessage::decode(rest, false)?;
             messages.push(message);
             rest = &rest[size..];
+        }
+        Ok(messages)
+    }
+
+    /// `decode_all` for records that arrived in one shared buffer (a pull or pop response
+    /// body): the bodies are slices of it, not copies.
+    pub fn decode_all_shared(buf: &Bytes) -> Result<Vec<StoredMessage>, MessageError> {
+        let mut messages = Vec::new();
+        let mut at = 0;
+        while at < buf.len() {
+            let (message, size) =
+                StoredMessage::decode_with(&buf[at..], false, |body| buf.slice_ref(body))?;
+            messages.push(message);
+            at += size;
         }
         Ok(messages)
     }

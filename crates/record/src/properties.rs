@@ -130,9 +130,11 @@ pub fn find_property<'a>(raw: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Where the value of `name` lies in `raw`, the last valid pair winning. Every message read or
-/// stored asks for a property or two; rather than walk every pair to the end (the last one
-/// wins), this searches backwards for `name` 0x01 at the start of a pair. A pair starts the string or follows a 0x02, and
-/// its name runs to its first 0x01, so a match there is a pair named `name`, as Java splits it.
+/// stored asks for a property or two; rather than walk every pair from the start (the last
+/// one wins), this walks the pairs backwards, each found with one short `memrchr` (a substring
+/// searcher costs more to build than a whole property string takes to scan). A pair's name
+/// runs to its first 0x01, so a pair that starts with `name` 0x01 is named `name`, as Java
+/// splits it.
 pub(crate) fn find_property_range(raw: &[u8], name: &[u8]) -> Option<Range<usize>> {
     if name.is_empty() || name.contains(&NAME_VALUE_SEPARATOR) || name.contains(&PROPERTY_SEPARATOR)
     {
@@ -140,21 +142,22 @@ pub(crate) fn find_property_range(raw: &[u8], name: &[u8]) -> Option<Range<usize
         return None;
     }
     let mut end = raw.len();
-    while let Some(at) = memchr::memmem::rfind(&raw[..end], name) {
-        end = at;
-        let pair_start = at == 0 || raw[at - 1] == PROPERTY_SEPARATOR;
-        let value_start = at + name.len() + 1;
-        if !pair_start || raw.get(at + name.len()) != Some(&NAME_VALUE_SEPARATOR) {
-            continue;
-        }
-        let value_end = memchr::memchr(PROPERTY_SEPARATOR, &raw[value_start..])
-            .map_or(raw.len(), |n| value_start + n);
+    loop {
+        let start = memchr::memrchr(PROPERTY_SEPARATOR, &raw[..end]).map_or(0, |at| at + 1);
+        let pair = &raw[start..end];
+        let value_start = start + name.len() + 1;
         // Java drops a pair with an empty value: an earlier one may still count.
-        if value_end > value_start {
-            return Some(value_start..value_end);
+        if pair.len() > name.len() + 1
+            && pair.starts_with(name)
+            && pair[name.len()] == NAME_VALUE_SEPARATOR
+        {
+            return Some(value_start..end);
         }
+        if start == 0 {
+            return None;
+        }
+        end = start - 1;
     }
-    None
 }
 
 /// Appends `name` = `value`. A last pair left without its 0x02 is closed first, so the new

@@ -98,7 +98,9 @@ proptest! {
         }
         let decoded = StoredMessage::decode_all(&buf).unwrap();
         let expected: Vec<StoredMessage> = messages.iter().map(with_host_bits).collect();
-        prop_assert_eq!(decoded, expected);
+        prop_assert_eq!(&decoded, &expected);
+        let shared = bytes::Bytes::from(buf.clone());
+        prop_assert_eq!(StoredMessage::decode_all_shared(&shared).unwrap(), expected);
         let (_, size) = StoredMessage::decode(&buf, true).unwrap();
         prop_assert_eq!(size, messages[0].encoded_len());
     }
@@ -153,6 +155,7 @@ proptest! {
     fn stored_message_decoding_never_panics(bytes in vec(any::<u8>(), 0..400)) {
         let _ = StoredMessage::decode(&bytes, true);
         let _ = StoredMessage::decode_all(&bytes);
+        let _ = StoredMessage::decode_all_shared(&bytes::Bytes::from(bytes.clone()));
         let _ = RecordView::parse(&bytes);
     }
 

@@ -51,12 +51,25 @@ pub struct Segments {
 }
 
 pub fn open_read_write(path: &Path, create: bool) -> io::Result<File> {
-    OpenOptions::new()
+    let mut options = OpenOptions::new();
+    options
         .read(true)
         .write(true)
         .create(create)
-        .truncate(false)
-        .open(path)
+        .truncate(false);
+    open_without_atime(&mut options, path)
+}
+
+/// Opens with O_NOATIME where the file's owner allows it: consumers read segments and
+/// ConsumeQueue files thousands of times a second, and each read would otherwise check
+/// (and now and then write) the access time, which nothing here uses. Falls back to a plain
+/// open when the process does not own the file.
+pub(crate) fn open_without_atime(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match options.clone().custom_flags(libc::O_NOATIME).open(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => options.open(path),
+        other => other,
+    }
 }
 
 /// A segment longer than the configured size: records never cross a segment's end, so it was
@@ -170,14 +183,14 @@ impl Segments {
     /// Creates an empty segment at `base` and makes it visible to readers.
     pub fn create(&self, base: u64) -> io::Result<Arc<File>> {
         let path = self.path(base);
-        let file = Arc::new(
+        let file = Arc::new(open_without_atime(
             OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
-                .truncate(true)
-                .open(&path)?,
-        );
+                .truncate(true),
+            &path,
+        )?);
         // Sync flush promises durability of what an fsync of the file covered; the file's
         // directory entry must be durable too, or a crash could lose the whole segment.
         crate::durable_file::sync_parent_dir(&path)?;
