@@ -10,6 +10,7 @@
 #
 #   bench/pop.sh                          # 100,000 messages, 4 and 16 consumers
 #   MESSAGES=20000 CONSUMERS="4" SYSTEMS=quiver bench/pop.sh
+#   MESSAGES=500000 DRIVERS=quiver bench/pop.sh   # only quiver bench consume --pop
 #
 # Each system runs in a private network namespace holding only `lo` (needs root), as
 # bench/compare.sh. Not run in CI.
@@ -20,6 +21,7 @@ M2="$REPO/.cache/m2"
 MESSAGES=${MESSAGES:-100000}
 CONSUMERS=${CONSUMERS:-"4 16"}
 SYSTEMS=${SYSTEMS:-"quiver rocketmq"}
+DRIVERS=${DRIVERS:-"java quiver"}
 TOPIC=PopBench
 
 for tool in java javac mvn jq unshare nsenter ip; do
@@ -73,16 +75,19 @@ for system in $SYSTEMS; do
     mqadmin setConsumeMode -c DefaultCluster -t "$TOPIC" -g "$group" -m POP -q 0 >"$home/mode-$consumers.out" 2>&1
     grep -q success "$home/mode-$consumers.out" || { cat "$home/mode-$consumers.out" >&2; exit 1; }
     echo "== $system: $consumers pop consumers"
-    before=$(cpu_ticks "$broker")
-    "${java[@]}" -Xmx1g PopBench 127.0.0.1:9876 "$TOPIC" "$group" "$consumers" "$MESSAGES" 300 \
-      >"$home/pop-$consumers.out" 2>&1
-    after=$(cpu_ticks "$broker")
-    line=$(grep '^consumers=' "$home/pop-$consumers.out")
-    tps=$(echo "$line" | sed 's/.*tps=//')
-    count=$(echo "$line" | sed 's/.*consumed=\([0-9]*\).*/\1/')
-    cpu=$(awk -v t=$((after - before)) -v n="$count" -v hz="$(getconf CLK_TCK)" \
-      'BEGIN { if (n > 0) printf "%.2f", t / hz / n * 100000; else print "-" }')
-    echo "| $system | $consumers | Java PopBench | $line | $cpu |" | tee -a "$ROWS"
+    if [[ " $DRIVERS " == *" java "* ]]; then
+      before=$(cpu_ticks "$broker")
+      "${java[@]}" -Xmx1g PopBench 127.0.0.1:9876 "$TOPIC" "$group" "$consumers" "$MESSAGES" 300 \
+        >"$home/pop-$consumers.out" 2>&1
+      after=$(cpu_ticks "$broker")
+      line=$(grep '^consumers=' "$home/pop-$consumers.out")
+      tps=$(echo "$line" | sed 's/.*tps=//')
+      count=$(echo "$line" | sed 's/.*consumed=\([0-9]*\).*/\1/')
+      cpu=$(awk -v t=$((after - before)) -v n="$count" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n > 0) printf "%.2f", t / hz / n * 100000; else print "-" }')
+      echo "| $system | $consumers | Java PopBench | $line | $cpu |" | tee -a "$ROWS"
+    fi
+    [[ " $DRIVERS " == *" quiver "* ]] || continue
     # The same with quiver-client's pop consumer (one BATCH_ACK per pop) in a fresh group.
     group="pop_quiver_${consumers}_$RANDOM"
     before=$(cpu_ticks "$broker")
