@@ -76,6 +76,12 @@ pub struct ExtFields {
 }
 
 /// Where an entry's key or value lives.
+/// A value for `ExtFields::push_from_frame`.
+pub(crate) enum FrameValue {
+    Range(std::ops::Range<usize>),
+    Owned(String),
+}
+
 #[derive(Clone)]
 enum Text {
     /// `frame[start..start + len]`, checked to be UTF-8 when decoded.
@@ -114,6 +120,34 @@ impl ExtFields {
             }
         }
         Some(ext)
+    }
+
+    /// An empty map whose entries may be ranges of `frame` (see `push_from_frame`).
+    pub(crate) fn over_frame(frame: Bytes) -> ExtFields {
+        ExtFields {
+            frame,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Adds a key that is a range of the frame, with a value that is one too or was decoded
+    /// (a JSON string with escapes); a key seen before gets the new value, as in a map. None
+    /// when a range is out of bounds or not UTF-8.
+    pub(crate) fn push_from_frame(
+        &mut self,
+        key: std::ops::Range<usize>,
+        value: FrameValue,
+    ) -> Option<()> {
+        let key = self.frame_text(&key)?;
+        let value = match value {
+            FrameValue::Range(range) => self.frame_text(&range)?,
+            FrameValue::Owned(text) => Text::Own(ExtText::from(text)),
+        };
+        match self.position(self.text(&key)) {
+            Some(index) => self.entries[index].1 = value,
+            None => self.entries.push((key, value)),
+        }
+        Some(())
     }
 
     fn frame_text(&self, range: &std::ops::Range<usize>) -> Option<Text> {

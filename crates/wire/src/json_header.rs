@@ -15,7 +15,17 @@ fn bad(reason: impl Into<String>) -> FrameError {
     FrameError::BadJsonHeader(reason.into())
 }
 
+mod fast;
+
 pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
+    match fast::decode(header) {
+        Some(command) => Ok(command),
+        None => decode_general(header),
+    }
+}
+
+/// Any JSON header, through serde_json: what `fast` does not take, and every error.
+fn decode_general(header: &Bytes) -> Result<Command, FrameError> {
     // serde_json's map keeps the last of duplicate keys, which is the rule we want.
     let value: Value = serde_json::from_slice(header).map_err(|err| bad(err.to_string()))?;
     let Value::Object(fields) = value else {
@@ -134,19 +144,28 @@ pub(crate) fn encode(cmd: &Command, out: &mut BytesMut) {
 /// writes them; message properties rely on 0x01/0x02 surviving this.
 pub(crate) fn push_json_string(out: &mut String, value: &str) {
     out.push('"');
-    for ch in value.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
+    // Runs without anything to escape are copied whole; every byte escaped is ASCII, so the
+    // cuts fall on character boundaries.
+    let mut plain = 0;
+    for (at, byte) in value.bytes().enumerate() {
+        let escape = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            byte if byte < 0x20 => "",
+            _ => continue,
+        };
+        out.push_str(&value[plain..at]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{:04x}", byte);
+        } else {
+            out.push_str(escape);
         }
+        plain = at + 1;
     }
+    out.push_str(&value[plain..]);
     out.push('"');
 }
 
@@ -214,6 +233,16 @@ mod tests {
         encode(&cmd, &mut out);
         assert!(std::str::from_utf8(&out).unwrap().contains("\\u0001"));
         assert_eq!(decode(&out.freeze()).unwrap(), cmd);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_string_written_reads_back_the_same(value in ".*", control in proptest::char::range('\u{0}', '\u{1f}')) {
+            let value = format!("{value}{control}{value}\"\\");
+            let mut out = String::new();
+            push_json_string(&mut out, &value);
+            proptest::prop_assert_eq!(serde_json::from_str::<String>(&out).unwrap(), value);
+        }
     }
 
     #[test]
