@@ -217,6 +217,10 @@ impl Reader<'_> {
         if count == 0 || (count > 1 && self.bytes[digits] == b'0') {
             return None;
         }
+        // serde_json reads -0 as the float -0.0, which is not an integer.
+        if digits > start && count == 1 && self.bytes[digits] == b'0' {
+            return None;
+        }
         if let Some(b'.' | b'e' | b'E') = self.bytes.get(self.at) {
             return None;
         }
@@ -301,6 +305,7 @@ mod tests {
             &br#"{"code":1.5}"#[..],
             br#"{"code":1e3}"#,
             br#"{"code":01}"#,
+            br#"{"code":-0}"#,
             br#"{"code":"10"}"#,
             br#"{"language":9}"#,
             br#"{"extFields":{"k":1}}"#,
