@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use quiver_store::{Append, AppendDone, FlushMode};
 use quiver_wire::code::response_code;
-use quiver_wire::{decode_frame, encode_frame, Command};
+use quiver_wire::{decode_frame, encode_frame, encode_frame_head, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -27,6 +27,12 @@ const IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Frames gathered into one write: enough to batch many small responses, small enough that a
 /// slow reader does not make us hold much.
 const WRITE_BATCH_BYTES_MAX: usize = 256 * 1024;
+/// Bodies this large are written from where they are instead of being copied behind their
+/// header (a pull or pop answer's records); smaller ones are cheaper to copy than to send as
+/// a piece of their own.
+const BODY_COPY_BYTES_MAX: usize = 16 * 1024;
+/// Pieces handed to one vectored write.
+const WRITE_CHUNKS_MAX: usize = 64;
 /// Free space offered to a read: it starts small, so idle connections hold little, and doubles
 /// while reads fill it, so that a client with many requests in flight has them read at once.
 const READ_SPACE_MIN: usize = 16 * 1024;
@@ -316,6 +322,8 @@ async fn write_frames(
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut buffer = BytesMut::with_capacity(64 * 1024);
+    // What one write sends, in order: encoded frames, and large bodies where they already are.
+    let mut chunks: Vec<Bytes> = Vec::new();
     // The in-flight permits of the answers being written: let go once they are written.
     let mut permits = Vec::new();
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
@@ -329,20 +337,23 @@ async fn write_frames(
                 None => break,
             },
         };
-        encode_or_error(&first.command, &mut buffer);
+        let mut batch_bytes = encode_or_error(&first.command, &mut buffer, &mut chunks);
         permits.extend(first.permit);
-        while buffer.len() < WRITE_BATCH_BYTES_MAX {
+        while batch_bytes < WRITE_BATCH_BYTES_MAX {
             match outgoing.try_recv() {
                 Ok(next) => {
-                    encode_or_error(&next.command, &mut buffer);
+                    batch_bytes += encode_or_error(&next.command, &mut buffer, &mut chunks);
                     permits.extend(next.permit);
                 }
                 Err(_) => break,
             }
         }
+        if !buffer.is_empty() {
+            chunks.push(buffer.split().freeze());
+        }
         // A peer that takes none of our bytes for the idle timeout is given up: its reader
         // sees the writer gone and closes the connection.
-        match tokio::time::timeout(idle, writer.write_all(&buffer)).await {
+        match tokio::time::timeout(idle, write_chunks(&mut writer, &mut chunks)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return,
             Err(_) => {
@@ -351,28 +362,77 @@ async fn write_frames(
             }
         }
         permits.clear();
-        buffer.clear();
+        // The chunks were dropped, so the buffer's space is its own again.
+        buffer.reserve(64 * 1024);
         if buffer.capacity() > 4 * WRITE_BATCH_BYTES_MAX {
             buffer = BytesMut::with_capacity(64 * 1024);
         }
     }
 }
 
-/// Encodes `command`, or in its place an error answer with the same opaque when it does not
-/// fit in a frame (a batch answer's message ids can outgrow one, with a large maxMessageSize).
-fn encode_or_error(command: &Command, buffer: &mut BytesMut) {
-    if let Err(error) = encode_frame(command, buffer) {
-        tracing::warn!(code = command.code, opaque = command.opaque, %error, "answer does not fit in a frame");
-        let fallback = Command {
-            code: response_code::SYSTEM_ERROR,
-            remark: Some(error.to_string()),
-            ext: None,
-            body: Default::default(),
-            ..command.clone()
-        };
-        encode_frame(&fallback, buffer)
-            .expect("an answer with no header fields and no body always fits in a frame");
+/// Writes `chunks` whole and in order, with as few calls as the socket allows; empties it.
+async fn write_chunks(writer: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> std::io::Result<()> {
+    use bytes::Buf;
+    let mut first = 0;
+    loop {
+        while chunks.get(first).is_some_and(Bytes::is_empty) {
+            first += 1;
+        }
+        if first == chunks.len() {
+            break;
+        }
+        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(WRITE_CHUNKS_MAX)
+            .map(|chunk| std::io::IoSlice::new(chunk))
+            .collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let chunk = &mut chunks[first];
+            if written >= chunk.len() {
+                written -= chunk.len();
+                first += 1;
+            } else {
+                chunk.advance(written);
+                written = 0;
+            }
+        }
     }
+    chunks.clear();
+    Ok(())
+}
+
+/// Encodes `command` into `buffer`, or in its place an error answer with the same opaque when
+/// it does not fit in a frame (a batch answer's message ids can outgrow one, with a large
+/// maxMessageSize). A body of `BODY_COPY_BYTES_MAX` or more is not copied: the buffer so far
+/// and the body go to `chunks`. Returns the frame's size.
+fn encode_or_error(command: &Command, buffer: &mut BytesMut, chunks: &mut Vec<Bytes>) -> usize {
+    let before = buffer.len() + chunks.iter().map(Bytes::len).sum::<usize>();
+    match encode_frame_head(command, buffer) {
+        Ok(()) if command.body.len() < BODY_COPY_BYTES_MAX => {
+            buffer.extend_from_slice(&command.body);
+        }
+        Ok(()) => {
+            chunks.push(buffer.split().freeze());
+            chunks.push(command.body.clone());
+        }
+        Err(error) => {
+            tracing::warn!(code = command.code, opaque = command.opaque, %error, "answer does not fit in a frame");
+            let fallback = Command {
+                code: response_code::SYSTEM_ERROR,
+                remark: Some(error.to_string()),
+                ext: None,
+                body: Default::default(),
+                ..command.clone()
+            };
+            encode_frame(&fallback, buffer)
+                .expect("an answer with no header fields and no body always fits in a frame");
+        }
+    }
+    buffer.len() + chunks.iter().map(Bytes::len).sum::<usize>() - before
 }
 
 #[cfg(test)]
@@ -388,11 +448,57 @@ mod tests {
             .response_to(response_code::SUCCESS)
             .with_ext(ExtFields::new().with("msgId", huge));
         let mut buffer = BytesMut::new();
-        encode_or_error(&answer, &mut buffer);
+        let mut chunks = Vec::new();
+        encode_or_error(&answer, &mut buffer, &mut chunks);
+        assert!(chunks.is_empty());
         let sent = decode_frame(&mut buffer).unwrap().unwrap();
         assert_eq!(sent.code, response_code::SYSTEM_ERROR);
         assert_eq!(sent.opaque, 77);
         assert!(sent.is_response());
         assert!(buffer.is_empty());
+    }
+
+    /// Large bodies go out as pieces of their own and small ones behind their headers; the
+    /// peer reads the same frames in the same order, across partial writes of a full socket.
+    #[tokio::test]
+    async fn answers_with_large_bodies_reach_the_peer_whole_and_in_order() {
+        let answers: Vec<Command> = (0..40)
+            .map(|i| {
+                let body = vec![i as u8; if i % 3 == 0 { 300_000 + i } else { 100 + i }];
+                Command::request(11, Encoding::Json)
+                    .with_opaque(i as i32)
+                    .response_to(response_code::SUCCESS)
+                    .with_body(body)
+            })
+            .collect();
+        let mut buffer = BytesMut::new();
+        let mut chunks = Vec::new();
+        let mut sizes = 0;
+        for answer in &answers {
+            sizes += encode_or_error(answer, &mut buffer, &mut chunks);
+        }
+        chunks.push(buffer.split().freeze());
+        assert!(chunks.len() > 20, "large bodies are pieces of their own");
+        assert_eq!(sizes, chunks.iter().map(Bytes::len).sum::<usize>());
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut received = Vec::new();
+            socket.read_to_end(&mut received).await.unwrap();
+            received
+        });
+        let (_, mut writer) = TcpStream::connect(addr).await.unwrap().into_split();
+        write_chunks(&mut writer, &mut chunks).await.unwrap();
+        assert!(chunks.is_empty());
+        drop(writer);
+        let mut received = BytesMut::from(&reader.await.unwrap()[..]);
+        for answer in &answers {
+            let got = decode_frame(&mut received).unwrap().expect("a whole frame");
+            assert_eq!(got.opaque, answer.opaque);
+            assert_eq!(got.body, answer.body);
+        }
+        assert!(received.is_empty());
     }
 }

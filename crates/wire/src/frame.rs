@@ -248,6 +248,14 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Command>, FrameError> {
 /// Append the encoded frame to `out` in `cmd.encoding`. Err(TooLarge) if over FRAME_BYTES_MAX.
 /// On error `out` is left as it was.
 pub fn encode_frame(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameError> {
+    encode_frame_head(cmd, out)?;
+    out.extend_from_slice(&cmd.body);
+    Ok(())
+}
+
+/// `encode_frame` without the body: the length prefix (which counts the body) and the header.
+/// A writer sends `cmd.body` right after, from where it already is, instead of copying it.
+pub fn encode_frame_head(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameError> {
     let start = out.len();
     // Reserve the prefix now and patch it once the header length is known, so the header is
     // written straight into `out` instead of into a temporary buffer.
@@ -279,7 +287,6 @@ pub fn encode_frame(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameError>
     let word = u32::from(serialize_type) << 24 | header_bytes as u32;
     out[start..start + 4].copy_from_slice(&frame_length.to_be_bytes());
     out[start + 4..start + 8].copy_from_slice(&word.to_be_bytes());
-    out.extend_from_slice(&cmd.body);
     Ok(())
 }
 

@@ -21,8 +21,8 @@ pub use batch::{decode_batch, encode_batch, BatchEntry};
 pub use body::*;
 pub use code::{request_code, response_code, untruncate_pop_code};
 pub use frame::{
-    decode_frame, encode_frame, Command, Encoding, ExtFields, ExtText, FrameError, LanguageCode,
-    FLAG_ONEWAY, FLAG_RESPONSE, FRAME_BYTES_MAX, SERVER_VERSION,
+    decode_frame, encode_frame, encode_frame_head, Command, Encoding, ExtFields, ExtText,
+    FrameError, LanguageCode, FLAG_ONEWAY, FLAG_RESPONSE, FRAME_BYTES_MAX, SERVER_VERSION,
 };
 pub use header::*;
 pub use message::{
