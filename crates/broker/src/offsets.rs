@@ -73,31 +73,19 @@ impl ConsumerOffsets {
     pub fn commit(&self, topic: &str, group: &str, queue_id: i32, offset: i64) {
         let key = key(topic, group);
         let mut table = self.table.lock().expect("offset table lock poisoned");
-        // Consumers commit many times a second: allocate a key only for a new group.
-        match table.offset_table.get_mut(&key) {
-            Some(queues) => {
-                queues.insert(queue_id, offset);
-            }
-            None => {
-                table
-                    .offset_table
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(queue_id, offset);
-            }
+        // Consumers commit many times a second: the key is copied only for a new group.
+        if let Some(queues) = table.offset_table.get_mut(&key) {
+            queues.insert(queue_id, offset);
+        } else {
+            table
+                .offset_table
+                .insert(key.clone(), BTreeMap::from([(queue_id, offset)]));
         }
-        match table.committed_here.get_mut(&key) {
-            Some(queues) => {
-                queues.insert(queue_id);
-            }
-            None => {
-                table
-                    .committed_here
-                    .entry(key)
-                    .or_default()
-                    .insert(queue_id);
-            }
-        }
+        table
+            .committed_here
+            .entry(key)
+            .or_default()
+            .insert(queue_id);
         self.dirty.store(true, Ordering::Release);
     }
 

@@ -335,14 +335,8 @@ impl PopState {
             .unwrap_or(0)
     }
 
-    /// Acknowledges one message. Returns the queue's new low watermark, or None when the
-    /// message is not in flight (acknowledged already, or revived).
-    pub fn ack(&self, key: &QueueKey, offset: u64) -> Option<u64> {
-        self.ack_many(key, [offset])
-    }
-
-    /// Acknowledges several messages of one queue at once: the queue's new lowest
-    /// unacknowledged offset, or None when none of them was in flight.
+    /// Acknowledges messages of one queue: the queue's new lowest unacknowledged offset, or
+    /// None when none of them was in flight (acknowledged already, or revived).
     pub fn ack_many(&self, key: &QueueKey, offsets: impl IntoIterator<Item = u64>) -> Option<u64> {
         let mut inner = self.lock();
         let queue = inner.queues.get_mut(key)?;

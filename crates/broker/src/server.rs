@@ -410,14 +410,16 @@ async fn write_chunks(writer: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> s
 /// maxMessageSize). A body of `BODY_COPY_BYTES_MAX` or more is not copied: the buffer so far
 /// and the body go to `chunks`. Returns the frame's size.
 fn encode_or_error(command: &Command, buffer: &mut BytesMut, chunks: &mut Vec<Bytes>) -> usize {
-    let before = buffer.len() + chunks.iter().map(Bytes::len).sum::<usize>();
+    let start = buffer.len();
     match encode_frame_head(command, buffer) {
         Ok(()) if command.body.len() < BODY_COPY_BYTES_MAX => {
             buffer.extend_from_slice(&command.body);
         }
         Ok(()) => {
+            let head = buffer.len() - start;
             chunks.push(buffer.split().freeze());
             chunks.push(command.body.clone());
+            return head + command.body.len();
         }
         Err(error) => {
             tracing::warn!(code = command.code, opaque = command.opaque, %error, "answer does not fit in a frame");
@@ -432,7 +434,7 @@ fn encode_or_error(command: &Command, buffer: &mut BytesMut, chunks: &mut Vec<By
                 .expect("an answer with no header fields and no body always fits in a frame");
         }
     }
-    buffer.len() + chunks.iter().map(Bytes::len).sum::<usize>() - before
+    buffer.len() - start
 }
 
 #[cfg(test)]

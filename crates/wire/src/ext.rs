@@ -108,16 +108,10 @@ impl ExtFields {
         frame: Bytes,
         ranges: &[(std::ops::Range<usize>, std::ops::Range<usize>)],
     ) -> Option<ExtFields> {
-        let mut ext = ExtFields {
-            frame,
-            entries: Vec::with_capacity(ranges.len()),
-        };
+        let mut ext = ExtFields::over_frame(frame);
+        ext.entries.reserve(ranges.len());
         for (key, value) in ranges {
-            let (key, value) = (ext.frame_text(key)?, ext.frame_text(value)?);
-            match ext.position(ext.text(&key)) {
-                Some(index) => ext.entries[index].1 = value,
-                None => ext.entries.push((key, value)),
-            }
+            ext.push_from_frame(key.clone(), FrameValue::Range(value.clone()))?;
         }
         Some(ext)
     }

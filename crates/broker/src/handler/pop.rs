@@ -441,18 +441,14 @@ fn handle_key(
     })
 }
 
-fn acked(broker: &Broker, key: &QueueKey, offset: i64) -> bool {
-    let Ok(offset) = u64::try_from(offset) else {
-        return false;
-    };
-    match broker.pop.ack(key, offset) {
-        Some(low) => {
-            broker
-                .offsets
-                .commit(&key.topic, &key.group, key.queue_id, low as i64);
-            true
-        }
-        None => false,
+/// Acknowledges offsets of one queue (negative ones are no message) under one lock, and
+/// commits the group's offset once if any was in flight.
+fn acked(broker: &Broker, key: &QueueKey, offsets: impl IntoIterator<Item = i64>) {
+    let offsets = offsets.into_iter().filter_map(|o| u64::try_from(o).ok());
+    if let Some(low) = broker.pop.ack_many(key, offsets) {
+        broker
+            .offsets
+            .commit(&key.topic, &key.group, key.queue_id, low as i64);
     }
 }
 
@@ -466,7 +462,7 @@ pub fn ack(call: &Call, request: &Command) -> Handled {
     )?;
     // Acked already or revived: as RocketMQ, the ack is answered SUCCESS (an ack that comes
     // after the revive leaves the retry copy to be consumed once more).
-    acked(call.broker, &key, header.offset);
+    acked(call.broker, &key, [header.offset]);
     answer(request.response_to(response_code::SUCCESS))
 }
 
@@ -484,16 +480,7 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
                 .filter(move |bit| byte & (1 << bit) != 0)
                 .map(move |bit| entry.start_offset + (byte_index * 8 + bit) as i64)
         });
-        // One pass over the queue's state and one commit for the whole entry.
-        if let Some(low) = call
-            .broker
-            .pop
-            .ack_many(&key, offsets.filter_map(|o| u64::try_from(o).ok()))
-        {
-            call.broker
-                .offsets
-                .commit(&key.topic, &key.group, key.queue_id, low as i64);
-        }
+        acked(call.broker, &key, offsets);
     }
     answer(request.response_to(response_code::SUCCESS))
 }
