@@ -272,14 +272,19 @@ impl Store {
                 Some(Duration::from_millis(timeout_ms))
             }
         };
-        // Zeroed space only pays off when every group waits for an fdatasync; with async flush
-        // it would double the bytes written for a flush that nobody waits on.
-        if matches!(flush, FlushMode::Sync { .. }) {
+        // Zeroed space pays off when every group waits for an fdatasync; with async flush it
+        // would double the bytes written for a flush that nobody waits on, so the space is
+        // only allocated.
+        let fill = match flush {
+            FlushMode::Sync { .. } => prealloc::Fill::Zeros,
+            FlushMode::Async { .. } => prealloc::Fill::Allocate,
+        };
+        {
             let (stop, stopped) = mpsc::channel();
             stops.push(stop);
             let l = Arc::clone(&log);
             threads.push(spawn("quiver-store-zeroer", &lock, move || {
-                prealloc::run(l, stopped)
+                prealloc::run(l, fill, stopped)
             })?);
         }
         let appender = Appender::new(

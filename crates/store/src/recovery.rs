@@ -286,16 +286,19 @@ impl SegmentReader<'_> {
     }
 }
 
-/// Whether every byte from `at` to the end of the segment is zero.
-fn all_zero(reader: &mut SegmentReader, mut at: u64) -> io::Result<bool> {
+/// Where the bytes other than zero end in `[at, segment end)`: `at` when all are zero. The
+/// space ahead of the appender (zero-filled or allocated) reads as zeros, so a torn tail
+/// followed by it counts as the torn bytes only.
+fn content_end(reader: &mut SegmentReader, mut at: u64) -> io::Result<u64> {
+    let mut end = at;
     while at < reader.length {
         let n = (reader.length - at).min(SCAN_READ_BYTES as u64) as usize;
-        if reader.get(at, n)?.iter().any(|b| *b != 0) {
-            return Ok(false);
+        if let Some(last) = reader.get(at, n)?.iter().rposition(|b| *b != 0) {
+            end = at + last as u64 + 1;
         }
         at += n as u64;
     }
-    Ok(true)
+    Ok(end)
 }
 
 enum Step {
@@ -418,18 +421,13 @@ impl Scan<'_> {
                         end = base + segment_bytes;
                         break;
                     }
-                    Step::Zeros if is_last => {
-                        // Unused preallocated space is not a torn tail; anything else is.
-                        if !all_zero(&mut reader, at).map_err(|e| OpenError::io(&path, &e))? {
-                            self.report.truncated_bytes += length - at;
-                        }
+                    Step::Zeros | Step::Invalid(_) if is_last => {
+                        // Unused space prepared ahead of the appender is not a torn tail;
+                        // anything else is.
+                        let content =
+                            content_end(&mut reader, at).map_err(|e| OpenError::io(&path, &e))?;
+                        self.report.truncated_bytes += content - at;
                         file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
-                        end = base + at;
-                        break;
-                    }
-                    Step::Invalid(_) if is_last => {
-                        file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
-                        self.report.truncated_bytes += length - at;
                         end = base + at;
                         break;
                     }
