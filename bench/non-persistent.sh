@@ -91,7 +91,9 @@ run_one() { # HOLDER SYSTEM TOPIC_KIND TOPIC RATE
       ($c[0].summary.throughput.messages_per_s|floor),
       $c[0].summary.latency.p50_ms, $c[0].summary.latency.p95_ms, $c[0].summary.latency.p99_ms,
       $c[0].summary.latency.p999_ms, $c[0].summary.latency.p9999_ms, $c[0].summary.latency.max_ms,
-      (.summary.counters.send_failed + .summary.counters.response_failed)] | @tsv' "$WORK/$name.json" >>"$ROWS"
+      (.summary.counters.send_failed + .summary.counters.response_failed),
+      ((.summary.steal.share // 0) * 1000 | round / 10),
+      "\(.summary.steal.stalls // 0) (\(.summary.steal.worst_ms // 0))"] | @tsv' "$WORK/$name.json" >>"$ROWS"
 }
 
 for system in $SYSTEMS; do
@@ -165,8 +167,11 @@ EOF
 done
 
 echo
-echo "| run | sent msg/s | send p50 | p95 | p99 | p99.9 | p99.99 | max | consumed msg/s | e2e p50 | p95 | p99 | p99.9 | p99.99 | max | failed |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | sent msg/s | send p50 | p95 | p99 | p99.9 | p99.99 | max | consumed msg/s | e2e p50 | p95 | p99 | p99.9 | p99.99 | max | failed | steal % | stalls (worst ms) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 sed 's/\t/ | /g; s/^/| /; s/$/ |/' "$ROWS"
 echo
-echo "latencies in ms; send: from intended send time to answer; e2e: born to consumed (ms clock)"
+echo "latencies in ms; send: from intended send time to answer; e2e: from the send time the producer"
+echo "put in the message (microseconds) to consumed"
+echo "steal: CPU time the hypervisor took from this machine while the producers measured; stalls:"
+echo "100 ms windows in which a CPU lost 30 ms or more (the machine stopped, whatever it ran)"

@@ -23,6 +23,7 @@ mod produce;
 mod report;
 mod schedule;
 mod soak;
+mod steal;
 mod sweep;
 mod ticker;
 mod topic;
@@ -36,6 +37,7 @@ pub use disk::{DiskFigures, DiskSample};
 pub use histogram::{Percentiles, Recorder};
 pub use machine::Machine;
 pub use report::{ConsumeInterval, Counters, Goal, ProduceInterval, Summary, Throughput};
+pub use steal::StealFigures;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {

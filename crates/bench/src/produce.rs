@@ -227,7 +227,7 @@ fn summary_lines(args: &ProduceArgs, summary: &Summary) -> Vec<String> {
     }
 }
 
-/// pulsar-perf's closing lines, then the disk's.
+/// pulsar-perf's closing lines, then the disk's and the machine's.
 fn pulsar_summary(summary: &Summary) -> Vec<String> {
     let t = &summary.throughput;
     let l = &summary.latency;
@@ -241,6 +241,7 @@ fn pulsar_summary(summary: &Summary) -> Vec<String> {
             l.mean_ms, l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.p9999_ms, l.max_ms
         ),
         summary.disk.line(),
+        summary.steal.line(),
     ]
 }
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use crate::disk::{DiskFigures, DiskSample};
 use crate::histogram::Percentiles;
 use crate::machine::process_cpu_s;
+use crate::steal::{StealFigures, StealMark};
 
 /// Cumulative counts kept by the senders or the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +191,9 @@ pub struct Summary {
     /// The machine's disks over the measured part; says when they were the limit.
     #[serde(default)]
     pub disk: DiskFigures,
+    /// CPU time the hypervisor took from the machine over the measured part.
+    #[serde(default)]
+    pub steal: StealFigures,
 }
 
 /// Where the measured part of a run (after warm-up) began: the instant, the counters and the
@@ -201,6 +205,7 @@ pub struct MeasureStart {
     /// Whether the warm-up is over (or there was none).
     pub warmed_up: bool,
     pub disk: DiskSample,
+    pub steal: StealMark,
 }
 
 impl MeasureStart {
@@ -211,6 +216,7 @@ impl MeasureStart {
             counters,
             warmed_up,
             disk: DiskSample::read(broker_pid),
+            steal: StealMark::now(),
         }
     }
 }
@@ -237,6 +243,7 @@ impl MeasureStart {
         summary.measured = self.warmed_up;
         let disk_now = DiskSample::read(self.disk.broker_pid());
         summary.disk = self.disk.figures(&disk_now, measured_s);
+        summary.steal = self.steal.figures();
         summary
     }
 }
@@ -260,6 +267,7 @@ impl Summary {
             process_cpu_s: cpu_s,
             process_cores: cpu_s / wall_s.max(1e-9),
             disk: DiskFigures::default(),
+            steal: StealFigures::default(),
         }
     }
 
@@ -290,6 +298,7 @@ impl Summary {
                 self.process_cpu_s, self.process_cores
             ),
             self.disk.line(),
+            self.steal.line(),
         ]
     }
 }

@@ -128,6 +128,13 @@ fn produce_then_consume_report_and_write_json() {
     );
     assert_eq!(record["parameters"]["batch"], 3);
     assert!(record["machine"]["cpu_count"].as_u64().unwrap_or(0) >= 1);
+    // The machine's steal over the run: Linux reports it, as a share of the CPUs' time.
+    assert!(stdout.contains("Hypervisor steal: "), "{stdout}");
+    let steal = &record["summary"]["steal"];
+    assert_eq!(steal["available"], true, "{steal}");
+    let share = steal["share"].as_f64().expect("a share");
+    assert!((0.0..=1.0).contains(&share), "{steal}");
+    assert!(steal["stalls"].as_u64().is_some(), "{steal}");
     assert!(!record["intervals"]
         .as_array()
         .expect("intervals")
