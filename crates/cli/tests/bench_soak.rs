@@ -129,6 +129,9 @@ fn a_soak_rides_through_a_sigkill_under_sync_flush_with_nothing_missing() {
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
     assert_eq!(record["missing"], 0);
+    // The machine's stalls over the soak are in its findings, beside the disk's.
+    assert!(stdout.contains("Hypervisor steal: "), "{stdout}");
+    assert_eq!(record["steal"]["available"], true, "{}", record["steal"]);
     let acknowledged = record["totals"]["acknowledged"].as_u64().expect("acked");
     let consumed = record["totals"]["consumed"].as_u64().expect("consumed");
     assert!(acknowledged > 0);

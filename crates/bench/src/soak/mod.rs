@@ -27,6 +27,7 @@ use crate::disk::{DiskFigures, DiskSample};
 use crate::histogram::{Percentiles, Recorder, SHARDS_MAX};
 use crate::html::{Chart, Page, Section, Table};
 use crate::machine::Machine;
+use crate::steal::{StealFigures, StealMark};
 use crate::{write_json, BenchError, ProduceArgs};
 
 mod ledger;
@@ -143,6 +144,8 @@ struct Findings {
     delivered_unacknowledged: u64,
     gaps: Vec<Gap>,
     disk: DiskFigures,
+    /// CPU time the hypervisor took over the run, and the machine's stalls.
+    steal: StealFigures,
 }
 
 #[derive(Serialize)]
@@ -185,10 +188,12 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
     );
     let start = Instant::now();
     let disk_at_start = DiskSample::read(args.broker_pid);
+    let steal_at_start = StealMark::now();
     let senders = spawn_senders(&args, &shared, &producer);
     let intervals = report_loop(&args, &shared, start).await;
     let disk_now = DiskSample::read(args.broker_pid);
     let disk = disk_at_start.figures(&disk_now, start.elapsed().as_secs_f64());
+    let steal = steal_at_start.figures();
     for sender in senders {
         sender.abort();
     }
@@ -196,7 +201,7 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         let _ = consumer.shutdown().await;
     }
     producer.shutdown().await;
-    let findings = findings(&args, &shared.ledger(), intervals, disk);
+    let findings = findings(&args, &shared.ledger(), intervals, disk, steal);
     report(&args, &machine, &run_id, &findings)?;
     if findings.missing > 0 {
         return Err(BenchError::MessagesMissing {
@@ -274,6 +279,7 @@ fn findings(
     ledger: &Ledger,
     intervals: Vec<SoakInterval>,
     disk: DiskFigures,
+    steal: StealFigures,
 ) -> Findings {
     let missing_ranges = ledger.missing();
     Findings {
@@ -284,6 +290,7 @@ fn findings(
         missing_ranges,
         delivered_unacknowledged: ledger.delivered_unacknowledged(),
         disk,
+        steal,
     }
 }
 
@@ -298,6 +305,7 @@ fn report(
         println!("{line}");
     }
     println!("{}", findings.disk.line());
+    println!("{}", findings.steal.line());
     if let Some(path) = &args.json {
         let record = Record {
             tool: "quiver bench soak",
@@ -498,6 +506,7 @@ fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
         missing,
         gaps,
         disk,
+        steal,
         ..
     } = findings;
     let series = |pick: fn(&SoakInterval) -> f64| -> Vec<(f64, f64)> {
@@ -531,6 +540,7 @@ fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
         )
     }));
     paragraphs.push(disk.line());
+    paragraphs.push(steal.line());
     let shown = table_rows(intervals);
     if shown.len() < intervals.len() {
         paragraphs.push(format!(
