@@ -13,6 +13,9 @@
 #   CLIENT_BATCH=1000 bench/non-persistent.sh # pulsar-perf's client-side batching: each producer
 #                                             # sends what its senders gave it within 1 ms, up
 #                                             # to 1000 messages (pulsar-perf's defaults)
+#   CLIENT_BATCH=1000 CLIENT_BATCH_DELAY_MS=0.2 bench/non-persistent.sh
+#                                             # a shorter batching window (pulsar-perf -bm 0.2):
+#                                             # with 1 ms every message may wait up to 1 ms
 #
 # Each system runs in a private network namespace holding only `lo` (needs root for unshare),
 # as bench/compare.sh. Not run in CI. The end-to-end figures come from `quiver bench consume`,
@@ -27,6 +30,7 @@ DURATION_S=${DURATION_S:-30}
 RATES=${RATES:-"5000 8000"}
 BATCH=${BATCH:-1}
 CLIENT_BATCH=${CLIENT_BATCH:-}
+CLIENT_BATCH_DELAY_MS=${CLIENT_BATCH_DELAY_MS:-1}
 # Each producer keeps up to this many sends in flight, as pulsar-perf's producers do (its
 # default is 1000): with one send in flight per producer, 5 producers cap the rate at 5 per
 # round trip, and a slower broker's latency would be the benchmark's queueing, not its own.
@@ -71,7 +75,7 @@ run_one() { # HOLDER SYSTEM TOPIC_KIND TOPIC RATE
   local name="$system-$kind-$rate" group="np_bench_$RANDOM"
   local sending=(--batch "$BATCH" --async --async-window "$WINDOW")
   if [ -n "$CLIENT_BATCH" ]; then
-    sending=(--batch-max-messages "$CLIENT_BATCH" --batch-max-publish-delay-ms 1)
+    sending=(--batch-max-messages "$CLIENT_BATCH" --batch-max-publish-delay-ms "$CLIENT_BATCH_DELAY_MS")
   fi
   echo "== $name: consumer, then 5 producers at $rate msg/s of 4 KiB (${sending[*]})"
   in_ns "$holder" "$QUIVER" bench consume -n 127.0.0.1:9876 -t "$topic" -g "$group" --from last \
