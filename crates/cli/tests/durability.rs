@@ -194,7 +194,8 @@ fn a_full_disk_refuses_sends_keeps_pulls_and_recovers_when_space_returns() {
     let conf = dir.path().join("broker.conf");
     // Small files so that the 8 MiB hold several segments, queues and an index.
     let text = "flushDiskType=SYNC_FLUSH\nmapedFileSizeCommitLog=1048576\n\
-                mapedFileSizeConsumeQueue=6000\nmaxHashSlotNum=1000\nmaxIndexNum=4000\n";
+                mapedFileSizeConsumeQueue=6000\nmaxHashSlotNum=1000\nmaxIndexNum=4000\n\
+                nonPersistentTopics=Presence\n";
     std::fs::write(&conf, text).expect("write conf");
     // Space the test gives back later.
     let ballast = disk.path.join("ballast");
@@ -250,6 +251,27 @@ fn a_full_disk_refuses_sends_keeps_pulls_and_recovers_when_space_returns() {
         }
     };
     check(&mut reader, &acked);
+
+    // A non-persistent topic never waits on the disk: with the persistent topic's sends just
+    // refused, its sends are answered from memory and read back.
+    let presence = quiver_testkit::SendOptions {
+        queue_id: Some(0),
+        ..Default::default()
+    };
+    for i in 0..5 {
+        let body = format!("presence {i}").into_bytes();
+        let response = client.send("Presence", &body, &presence).expect("send");
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "non-persistent send {i} with the disk full: {:?}",
+            response.remark
+        );
+    }
+    let kept = quiver_testkit::crash::read_queue(&mut reader, "Presence", 0).expect("pull");
+    let bodies: Vec<&[u8]> = kept.iter().map(|m| m.body.as_ref()).collect();
+    assert_eq!(bodies.len(), 5, "{bodies:?}");
+    assert_eq!(bodies[4], b"presence 4");
 
     // Space returns: sends succeed again.
     std::fs::remove_file(&ballast).expect("free space");
