@@ -166,6 +166,13 @@ impl Ledger {
         self.pending
     }
 
+    /// Every send answered (acknowledged or failed) and every acknowledged message consumed:
+    /// a drain may end. Pending alone is not enough: a send still in flight when producing
+    /// stopped is acknowledged later, and its message must be waited for too.
+    pub fn settled(&self) -> bool {
+        self.pending == 0 && self.totals.sent == self.totals.acknowledged + self.totals.failed
+    }
+
     pub(super) fn take_error(&mut self) -> Option<String> {
         self.last_error.take()
     }

@@ -413,7 +413,7 @@ async fn report_loop(args: &SoakArgs, shared: &Shared, start: Instant) -> Vec<So
             // A second Ctrl-C while draining: account now.
             drain_end = Some(now);
         }
-        let caught_up = drain_end.is_some() && shared.ledger().pending() == 0;
+        let caught_up = drain_end.is_some() && shared.ledger().settled();
         if now >= next || caught_up || drain_end.is_some_and(|end| now >= end) {
             let (totals, pending, error) = {
                 let mut ledger = shared.ledger();
@@ -434,20 +434,21 @@ async fn report_loop(args: &SoakArgs, shared: &Shared, start: Instant) -> Vec<So
             next = now + every;
         }
         if drain_end.is_some_and(|end| caught_up || now >= end) {
-            // Sends still in flight when producing stopped end within the send timeout.
+            // Sends still in flight when producing stopped are answered within the send
+            // timeout, well inside the drain timeout.
             return intervals;
         }
     }
 }
 
-/// Sleeps until `until`; while draining, returns as soon as nothing is pending.
+/// Sleeps until `until`; while draining, returns as soon as everything is settled.
 async fn sleep_or_drained(until: Instant, draining: bool, shared: &Shared) {
     if !draining {
         tokio::time::sleep_until(until).await;
         return;
     }
     while Instant::now() < until {
-        if shared.ledger().pending() == 0 {
+        if shared.ledger().settled() {
             return;
         }
         tokio::time::sleep(DRAIN_POLL.min(until - Instant::now())).await;
@@ -675,6 +676,29 @@ mod tests {
             }]
         );
         assert_eq!(ledger.delivered_unacknowledged(), 1);
+    }
+
+    #[test]
+    fn a_send_still_in_flight_keeps_the_drain_going() {
+        let mut ledger = Ledger::new(1);
+        ledger.sent(0, 0);
+        ledger.acknowledged(0, 0);
+        ledger.consumed("b", 0, 0, 0);
+        // Producing stops with sequence 1 sent and not yet answered: nothing is pending, and
+        // yet its answer may still come and its message with it.
+        ledger.sent(0, 1);
+        assert_eq!(ledger.pending(), 0);
+        assert!(!ledger.settled());
+        ledger.acknowledged(0, 1);
+        assert!(!ledger.settled(), "acknowledged, not yet consumed");
+        ledger.consumed("b", 0, 0, 1);
+        assert!(ledger.settled());
+        // A failed send settles too.
+        ledger.sent(0, 2);
+        assert!(!ledger.settled());
+        ledger.failed("timeout".into());
+        assert!(ledger.settled());
+        assert!(ledger.missing().is_empty());
     }
 
     #[test]
