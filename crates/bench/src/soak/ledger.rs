@@ -77,6 +77,9 @@ pub struct Ledger {
     pending: u64,
     /// The last send error, for the interval's line.
     last_error: Option<String>,
+    /// Producing has stopped: no send may start. Kept here, under the ledger's lock, so that
+    /// a drain that finds everything settled cannot miss a send that started just then.
+    stopped: bool,
 }
 
 /// A run of missing sequence numbers of one sender, inclusive.
@@ -99,11 +102,21 @@ impl Ledger {
         self.books.get_mut(sender as usize)
     }
 
-    pub fn sent(&mut self, sender: u32, sequence: u64) {
+    /// Records a send about to start; false, recording nothing, once producing has stopped.
+    pub fn sent(&mut self, sender: u32, sequence: u64) -> bool {
+        if self.stopped {
+            return false;
+        }
         if let Some(book) = self.book(sender) {
             book.sent = book.sent.max(sequence + 1);
             self.totals.sent += 1;
         }
+        true
+    }
+
+    /// Producing stops: later sends are refused (`sent` answers false).
+    pub fn stop(&mut self) {
+        self.stopped = true;
     }
 
     pub fn acknowledged(&mut self, sender: u32, sequence: u64) {

@@ -354,7 +354,10 @@ async fn send_loop(
             (SENDER_PROPERTY.into(), sender.to_string()),
             (SEQUENCE_PROPERTY.into(), sequence.to_string()),
         ];
-        shared.ledger().sent(sender, sequence);
+        // Checked again under the ledger's lock: producing may have stopped during the wait.
+        if !shared.ledger().sent(sender, sequence) {
+            return;
+        }
         let started = Instant::now();
         match producer.send(&message).await {
             Ok(_) => {
@@ -404,6 +407,7 @@ async fn report_loop(args: &SoakArgs, shared: &Shared, start: Instant) -> Vec<So
         let now = Instant::now();
         let producing = drain_end.is_none();
         if drain_end.is_none() && (interrupted || produce_end.is_some_and(|end| now >= end)) {
+            shared.ledger().stop();
             shared.stop.store(true, Ordering::Relaxed);
             drain_end = Some(now + Duration::from_secs_f64(args.drain_timeout));
             if interrupted {
@@ -699,6 +703,11 @@ mod tests {
         ledger.failed("timeout".into());
         assert!(ledger.settled());
         assert!(ledger.missing().is_empty());
+        // Once producing stops, a sender that was waiting for its due time sends nothing.
+        ledger.stop();
+        assert!(!ledger.sent(0, 3));
+        assert!(ledger.settled());
+        assert_eq!(ledger.totals().sent, 3);
     }
 
     #[test]
