@@ -279,14 +279,12 @@ impl Store {
             FlushMode::Sync { .. } => prealloc::Fill::Zeros,
             FlushMode::Async { .. } => prealloc::Fill::Allocate,
         };
-        {
-            let (stop, stopped) = mpsc::channel();
-            stops.push(stop);
-            let l = Arc::clone(&log);
-            threads.push(spawn("quiver-store-zeroer", &lock, move || {
-                prealloc::run(l, fill, stopped)
-            })?);
-        }
+        let (stop, stopped) = mpsc::channel();
+        stops.push(stop);
+        let l = Arc::clone(&log);
+        threads.push(spawn("quiver-store-zeroer", &lock, move || {
+            prealloc::run(l, fill, stopped)
+        })?);
         let appender = Appender::new(
             log::Writer::new(Arc::clone(&log)),
             Arc::clone(&queues),

@@ -11,7 +11,6 @@
 //! 288 million messages, 72 MB.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -96,7 +95,6 @@ struct Shared {
     ledger: Mutex<Ledger>,
     send_latency: Recorder,
     b2c: Recorder,
-    stop: AtomicBool,
     run_id: String,
 }
 
@@ -170,7 +168,6 @@ pub async fn run(args: SoakArgs) -> Result<(), BenchError> {
         ledger: Mutex::new(Ledger::new(args.senders)),
         send_latency: Recorder::new(args.senders as usize),
         b2c: Recorder::new(SHARDS_MAX),
-        stop: AtomicBool::new(false),
         run_id: run_id.clone(),
     });
     let consumers = start_consumers(&args, &shared).await?;
@@ -342,9 +339,6 @@ async fn send_loop(
 ) {
     let mut next_due = Instant::now();
     for sequence in 0.. {
-        if shared.stop.load(Ordering::Relaxed) {
-            return;
-        }
         if let Some(interval) = interval {
             tokio::time::sleep_until(next_due).await;
             next_due += interval;
@@ -354,7 +348,7 @@ async fn send_loop(
             (SENDER_PROPERTY.into(), sender.to_string()),
             (SEQUENCE_PROPERTY.into(), sequence.to_string()),
         ];
-        // Checked again under the ledger's lock: producing may have stopped during the wait.
+        // Refused under the ledger's lock once producing has stopped (during the wait, too).
         if !shared.ledger().sent(sender, sequence) {
             return;
         }
@@ -408,7 +402,6 @@ async fn report_loop(args: &SoakArgs, shared: &Shared, start: Instant) -> Vec<So
         let producing = drain_end.is_none();
         if drain_end.is_none() && (interrupted || produce_end.is_some_and(|end| now >= end)) {
             shared.ledger().stop();
-            shared.stop.store(true, Ordering::Relaxed);
             drain_end = Some(now + Duration::from_secs_f64(args.drain_timeout));
             if interrupted {
                 println!("Interrupted: waiting for the consumers to catch up.");

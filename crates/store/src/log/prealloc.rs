@@ -44,9 +44,18 @@ pub const AHEAD_BYTES: u64 = 16 * 1024 * 1024;
 /// One fill: this many zeros (in `ZERO_WRITE_BYTES` writes) and one fdatasync, so the journal
 /// commits once per MiB instead of once per group.
 pub const CHUNK_BYTES: u64 = 1024 * 1024;
-/// With async flush an allocation is one journal update whatever its size: fewer, larger ones.
+/// With async flush an allocation costs about the same whatever its size: fewer, larger ones.
 pub const ALLOCATE_AHEAD_BYTES: u64 = 32 * 1024 * 1024;
 pub const ALLOCATE_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+/// The size of each write of zeros. The page cache sizes a new folio by the write that creates
+/// it, and every later append into the active segment lands in a folio the filler created. One
+/// 1 MiB write made 1 MiB folios: each append then walked the folio's 256 block buffers, and
+/// each group's fdatasync wrote back and locked the whole folio the next appends were writing
+/// into. Under 64 producers of 1 KiB sync sends that cost 4 samples in 1,000 per message in
+/// those two places and 3.7 in spinlock contention; page-sized writes cut that to under 0.6.
+const ZERO_WRITE_BYTES: u64 = 4096;
+/// How often the filler looks at the written position.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How the filler prepares space ahead of the writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,15 +81,6 @@ impl Fill {
         }
     }
 }
-/// The size of each write of zeros. The page cache sizes a new folio by the write that creates
-/// it, and every later append into the active segment lands in a folio the filler created. One
-/// 1 MiB write made 1 MiB folios: each append then walked the folio's 256 block buffers, and
-/// each group's fdatasync wrote back and locked the whole folio the next appends were writing
-/// into. Under 64 producers of 1 KiB sync sends that cost 4 samples in 1,000 per message in
-/// those two places and 3.7 in spinlock contention; page-sized writes cut that to under 0.6.
-const ZERO_WRITE_BYTES: u64 = 4096;
-/// How often the filler looks at the written position.
-const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
 struct Zeroed {
     base: u64,
