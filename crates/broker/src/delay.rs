@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
-use crate::persist;
 use crate::state::Broker;
 use crate::stored;
 
@@ -122,16 +121,16 @@ struct OffsetsFile {
 
 /// How far each level has been delivered.
 pub struct DelayOffsets {
-    file: persist::SnapshotFile,
+    file: quiver_store::durable_file::SnapshotFile,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
 }
 
 impl DelayOffsets {
     pub fn open(path: PathBuf) -> Result<DelayOffsets, String> {
-        let file = persist::load(&path, body::from_json::<OffsetsFile>)?;
+        let file = quiver_store::durable_file::load(&path, body::from_json::<OffsetsFile>)?;
         Ok(DelayOffsets {
-            file: persist::SnapshotFile::new(path),
+            file: quiver_store::durable_file::SnapshotFile::new(path),
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
         })

@@ -13,8 +13,6 @@ use std::sync::Mutex;
 
 use quiver_wire::body::{self, SubscriptionGroupConfig, SubscriptionGroupWrapper};
 
-use crate::persist;
-
 /// Groups every RocketMQ broker has from the start (`SubscriptionGroupManager.init`), with
 /// whether each may consume by broadcast.
 const SYSTEM_GROUPS: [(&str, bool); 8] = [
@@ -51,7 +49,7 @@ pub fn validate_group(name: &str) -> Result<(), String> {
 }
 
 pub struct SubscriptionGroups {
-    file: persist::SnapshotFile,
+    file: quiver_store::durable_file::SnapshotFile,
     table: Mutex<SubscriptionGroupWrapper>,
     auto_create: AtomicBool,
     dirty: AtomicBool,
@@ -68,8 +66,9 @@ impl SubscriptionGroups {
         known: impl IntoIterator<Item = String>,
         now_ms: i64,
     ) -> Result<SubscriptionGroups, String> {
-        let existed = path.exists() || persist::backup_path(&path).exists();
-        let mut table = persist::load(&path, body::from_json::<SubscriptionGroupWrapper>)?;
+        let existed = path.exists() || quiver_store::durable_file::backup_path(&path).exists();
+        let mut table =
+            quiver_store::durable_file::load(&path, body::from_json::<SubscriptionGroupWrapper>)?;
         let mut dirty = false;
         if !existed {
             table.data_version.timestamp = now_ms;
@@ -94,7 +93,7 @@ impl SubscriptionGroups {
             }
         }
         Ok(SubscriptionGroups {
-            file: persist::SnapshotFile::new(path),
+            file: quiver_store::durable_file::SnapshotFile::new(path),
             table: Mutex::new(table),
             auto_create: AtomicBool::new(auto_create),
             dirty: AtomicBool::new(dirty),

@@ -19,10 +19,9 @@ pub mod ha;
 pub mod handler;
 pub mod locks;
 pub mod long_poll;
-pub mod memory;
 pub mod offsets;
 mod outbound;
-mod persist;
+
 pub mod pop;
 pub mod pop_revive;
 mod registration;

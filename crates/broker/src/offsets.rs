@@ -10,8 +10,6 @@ use std::sync::Mutex;
 use quiver_wire::body;
 use serde::{Deserialize, Serialize};
 
-use crate::persist;
-
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct OffsetsFile {
@@ -50,7 +48,7 @@ pub struct KeptCommit {
 }
 
 pub struct ConsumerOffsets {
-    file: persist::SnapshotFile,
+    file: quiver_store::durable_file::SnapshotFile,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
 }
@@ -61,9 +59,9 @@ fn key(topic: &str, group: &str) -> String {
 
 impl ConsumerOffsets {
     pub fn open(path: PathBuf) -> Result<ConsumerOffsets, String> {
-        let file = persist::load(&path, body::from_json::<OffsetsFile>)?;
+        let file = quiver_store::durable_file::load(&path, body::from_json::<OffsetsFile>)?;
         Ok(ConsumerOffsets {
-            file: persist::SnapshotFile::new(path),
+            file: quiver_store::durable_file::SnapshotFile::new(path),
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
         })
@@ -348,7 +346,7 @@ mod tests {
         offsets.persist_if_dirty().expect("persist");
         offsets.commit("T", "g", 0, 20);
         offsets.persist_if_dirty().expect("persist");
-        let backup = persist::backup_path(&path);
+        let backup = quiver_store::durable_file::backup_path(&path);
         assert!(
             backup.ends_with("consumerOffset.json.bak"),
             "{}",

@@ -20,8 +20,6 @@ use quiver_wire::body::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::persist;
-
 /// Messages handed out and not acknowledged, per queue of a group (`popInflightMaxPerQueue`):
 /// past it the queue is skipped by pops (POLLING_FULL when nothing else is found) until acks
 /// or revives free room.
@@ -100,7 +98,7 @@ struct Inner {
 
 pub struct PopState {
     pub limits: Limits,
-    file: persist::SnapshotFile,
+    file: quiver_store::durable_file::SnapshotFile,
     inner: Mutex<Inner>,
     dirty: AtomicBool,
     /// (topic, group) -> pops and notifications waiting now (POLLING_INFO).
@@ -135,7 +133,8 @@ pub enum Claim {
 
 impl PopState {
     pub fn open(path: PathBuf, limits: Limits) -> Result<PopState, String> {
-        let snapshot: Snapshot = persist::load(&path, body::from_json::<Snapshot>)?;
+        let snapshot: Snapshot =
+            quiver_store::durable_file::load(&path, body::from_json::<Snapshot>)?;
         let inner = Inner {
             queues: snapshot.queues.into_iter().collect(),
             modes: snapshot
@@ -146,7 +145,7 @@ impl PopState {
         };
         Ok(PopState {
             limits,
-            file: persist::SnapshotFile::new(path),
+            file: quiver_store::durable_file::SnapshotFile::new(path),
             inner: Mutex::new(inner),
             dirty: AtomicBool::new(false),
             polling: Mutex::new(HashMap::new()),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use quiver_store::{Append, AppendDone, FlushMode};
+use quiver_store::{Append, AppendDone, AppendOutcome, FlushMode};
 use quiver_wire::code::response_code;
 use quiver_wire::{decode_frame, encode_frame, encode_frame_head, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -254,11 +254,7 @@ fn completion(broker: &Arc<Broker>, answer: AnswerAppend, responder: Responder) 
     }
     let broker = broker.clone();
     Box::new(move |result| {
-        let end = result
-            .as_ref()
-            .ok()
-            .and_then(|outcome| outcome.entries.last())
-            .map(|last| last.position + u64::from(last.size));
+        let end = result.as_ref().ok().and_then(AppendOutcome::log_end);
         let response = answer(result);
         let Some(end) = end.filter(|_| response.code == response_code::SUCCESS) else {
             return responder.reply(response);

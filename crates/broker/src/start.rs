@@ -230,9 +230,6 @@ impl RunningBroker {
         if let Err(error) = self.broker.pop.persist_if_dirty() {
             tracing::error!(%error, "could not persist the pop state");
         }
-        if let Err(error) = self.broker.memory.close() {
-            tracing::error!(%error, "could not write non-persistent queue offsets");
-        }
         let store = self.broker.store.clone();
         match tokio::task::spawn_blocking(move || store.close()).await {
             Ok(Ok(())) => tracing::info!("store closed cleanly"),

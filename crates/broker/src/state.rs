@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use quiver_store::{OpenError, QueueBounds, RecoveryReport, Store};
+use quiver_store::{OpenError, RecoveryReport, Store};
 use quiver_wire::code::request_code;
 use quiver_wire::{Encoding, ExtFields};
 use tokio::sync::Notify;
@@ -20,7 +20,6 @@ use crate::groups::SubscriptionGroups;
 use crate::ha::Replication;
 use crate::locks::QueueLocks;
 use crate::long_poll::PullWaiters;
-use crate::memory::MemoryQueues;
 use crate::offsets::ConsumerOffsets;
 use crate::pop::PopState;
 use crate::topic::{TopicError, TopicTable};
@@ -159,8 +158,6 @@ pub struct Broker {
     pub waiters: Arc<PullWaiters>,
     pub locks: QueueLocks,
     pub delay_offsets: DelayOffsets,
-    /// The rings of non-persistent topics.
-    pub memory: MemoryQueues,
     /// Pop consumption: modes, cursors and messages in flight.
     pub pop: PopState,
     /// Half messages' decisions and the transaction check's progress.
@@ -192,8 +189,6 @@ pub enum StateError {
     DelayOffsets(String),
     #[error("cannot read subscription groups: {0}")]
     Groups(String),
-    #[error(transparent)]
-    Memory(#[from] crate::memory::MemoryError),
     #[error("cannot read the pop state: {0}")]
     Pop(String),
     #[error("{0}")]
@@ -213,7 +208,6 @@ pub struct Persisted {
     pub offsets: ConsumerOffsets,
     pub groups: SubscriptionGroups,
     pub delay_offsets: DelayOffsets,
-    pub memory: MemoryQueues,
     pub pop: PopState,
     pub transactions: Transactions,
 }
@@ -231,6 +225,7 @@ impl Persisted {
             config_dir.join("topics.json"),
             config.auto_create_topic,
             config.default_topic_queue_nums,
+            store.memory_topics(),
             now_ms,
         )?;
         let offsets = ConsumerOffsets::open(config_dir.join("consumerOffset.json"))
@@ -271,13 +266,6 @@ impl Persisted {
         create_client_system_topics(config, &topics)?;
         adopt_stored_topics(&store, &topics);
         mark_non_persistent_topics(config, &topics)?;
-        let memory = MemoryQueues::open(
-            config_dir.join("memoryQueueOffsets.json"),
-            crate::memory::Limits {
-                queue_bytes: config.non_persistent_queue_bytes,
-                broker_bytes: config.non_persistent_bytes_max,
-            },
-        )?;
         let pop = PopState::open(
             config_dir.join("popState.json"),
             crate::pop::Limits {
@@ -293,7 +281,6 @@ impl Persisted {
             offsets,
             groups,
             delay_offsets,
-            memory,
             pop,
             transactions,
         };
@@ -342,8 +329,8 @@ fn mark_non_persistent_topics(
                     crate::topic::PERM_READ | crate::topic::PERM_WRITE,
                 );
                 topic.attributes.insert(
-                    crate::memory::PERSISTENCE_ATTRIBUTE.to_string(),
-                    crate::memory::PERSISTENCE_MEMORY.to_string(),
+                    crate::topic::PERSISTENCE_ATTRIBUTE.to_string(),
+                    crate::topic::PERSISTENCE_MEMORY.to_string(),
                 );
                 topics.create_if_absent(topic)?;
                 tracing::info!(topic = %name, "non-persistent topic created from broker.conf");
@@ -400,7 +387,6 @@ impl Broker {
             offsets,
             groups,
             delay_offsets,
-            memory,
             pop,
             transactions,
         } = persisted;
@@ -425,7 +411,6 @@ impl Broker {
             waiters,
             locks: QueueLocks::default(),
             delay_offsets,
-            memory,
             pop,
             transactions,
             store_host,
@@ -436,16 +421,6 @@ impl Broker {
             register_now: Notify::new(),
             next_queue: AtomicU32::new(0),
             next_uniq: AtomicU32::new(0),
-        }
-    }
-
-    /// A queue's oldest and next offsets, from its ring for a non-persistent topic, else from
-    /// its ConsumeQueue.
-    pub fn queue_bounds(&self, topic: &str, queue_id: u32) -> QueueBounds {
-        if self.topics.shape(topic).is_some_and(|shape| shape.memory) {
-            self.memory.bounds(topic, queue_id)
-        } else {
-            self.store.bounds(topic, queue_id)
         }
     }
 
@@ -494,7 +469,7 @@ impl Broker {
         let topics = self.topics.names().into_iter().filter_map(|topic| {
             let shape = self.topics.shape(&topic)?;
             let stored = (0..shape.write_queues.max(0) as u32)
-                .map(|queue| self.queue_bounds(&topic, queue).max_offset)
+                .map(|queue| self.store.bounds(&topic, queue).max_offset)
                 .sum::<u64>();
             Some((topic, stored))
         });

@@ -20,19 +20,18 @@
 //! every timer message the log still holds.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use quiver_store::{ReadStatus, Record};
+use quiver_store::durable_file::SnapshotFile;
+use quiver_store::{ReadStatus, Record, TimerBuckets};
 use quiver_wire::message::{find_property, property, StoredMessage};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
-use crate::persist;
 use crate::state::Broker;
 use crate::stored;
 
@@ -51,7 +50,6 @@ const PENDING_MAX: usize = 2_000_000;
 /// Timer-queue entries indexed per round, and messages delivered per append.
 const INDEX_PER_ROUND: u64 = 65_536;
 const DELIVER_PER_APPEND: usize = 256;
-const ENTRY_BYTES: usize = 16;
 
 /// When a send's timer properties say it falls due, or None for no timer. A DELAY level wins
 /// over them (RocketMQ clears them then). Err for a value that is not a number.
@@ -131,15 +129,13 @@ pub struct Progress {
 
 /// The wheel's state between rounds.
 pub struct Wheel {
-    dir: PathBuf,
-    file: persist::SnapshotFile,
+    buckets: TimerBuckets,
+    file: SnapshotFile,
     state: Checkpoint,
     persisted: Checkpoint,
     /// Buckets up to this minute are in `pending` (or were delivered).
     loaded_through: i64,
     pending: BTreeSet<(i64, u64)>,
-    /// Bucket files appended to since the last checkpoint, to fsync before it.
-    touched: BTreeSet<i64>,
     /// The last round since opening that delivered everything due at its time.
     drained: Option<Progress>,
 }
@@ -156,18 +152,16 @@ fn checkpoint_path(store_root: &Path) -> PathBuf {
 /// becomes a master. Returns whether the file changed. The slave runs no wheel, so nothing
 /// else writes the file meanwhile.
 pub fn record_master_progress(store_root: &Path, master: Progress) -> io::Result<bool> {
-    let path = checkpoint_path(store_root);
-    let mut state = persist::load(&path, |bytes| serde_json::from_slice::<Checkpoint>(bytes))
+    let file = SnapshotFile::new(checkpoint_path(store_root));
+    let mut state = file
+        .load(|bytes| serde_json::from_slice::<Checkpoint>(bytes))
         .map_err(io::Error::other)?;
     if (state.master_read_ms, state.master_indexed) == (master.read_ms, master.indexed) {
         return Ok(false);
     }
     state.master_read_ms = master.read_ms;
     state.master_indexed = master.indexed;
-    persist::write_atomically(
-        &path,
-        &serde_json::to_vec(&state).expect("checkpoint serializes"),
-    )?;
+    file.write(|| Some(serde_json::to_vec(&state).expect("checkpoint serializes")))?;
     Ok(true)
 }
 
@@ -175,25 +169,24 @@ impl Wheel {
     /// Opens the wheel of the store at `store_root`, dropping bucket entries written after the
     /// last checkpoint (they are indexed again from the queue).
     pub fn open(store_root: &Path, now_ms: i64) -> io::Result<Wheel> {
-        let dir = store_root.join("timer");
-        fs::create_dir_all(&dir)?;
-        let path = checkpoint_path(store_root);
-        let state = persist::load(&path, |bytes| serde_json::from_slice::<Checkpoint>(bytes))
+        let mut buckets = TimerBuckets::open(store_root.join("timer"))?;
+        let file = SnapshotFile::new(checkpoint_path(store_root));
+        let state = file
+            .load(|bytes| serde_json::from_slice::<Checkpoint>(bytes))
             .map_err(io::Error::other)?;
-        let checkpoint_time = fs::metadata(&path)
-            .and_then(|m| m.modified())
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let mut first_bucket = None::<i64>;
-        for (bucket, path) in bucket_files(&dir)? {
-            first_bucket = Some(first_bucket.map_or(bucket, |b| b.min(bucket)));
-            let modified = fs::metadata(&path).and_then(|m| m.modified())?;
+        let checkpoint_time = file.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        let listed = buckets.list()?;
+        let first_bucket = listed.first().copied();
+        for bucket in listed {
+            let modified = buckets.modified(bucket)?;
             // Written to since (or about when) the checkpoint was: keep what it covers.
             if modified + Duration::from_secs(2) >= checkpoint_time {
-                let kept: Vec<(i64, u64)> = read_bucket(&path)?
+                let kept: Vec<(i64, u64)> = buckets
+                    .read(bucket)?
                     .into_iter()
                     .filter(|(_, offset)| *offset < state.indexed)
                     .collect();
-                write_bucket(&path, &kept)?;
+                buckets.replace(bucket, &kept)?;
             }
         }
         let cursor_minute = if state.delivered_any {
@@ -203,8 +196,8 @@ impl Wheel {
         };
         let start = first_bucket.unwrap_or(i64::MAX).min(cursor_minute);
         Ok(Wheel {
-            dir,
-            file: persist::SnapshotFile::new(path),
+            buckets,
+            file,
             state,
             persisted: state,
             loaded_through: if start == i64::MAX {
@@ -213,13 +206,8 @@ impl Wheel {
                 start - 1
             },
             pending: BTreeSet::new(),
-            touched: BTreeSet::new(),
             drained: None,
         })
-    }
-
-    fn bucket_path(&self, bucket: i64) -> PathBuf {
-        self.dir.join(format!("{bucket}.bucket"))
     }
 
     /// Indexes the timer queue's new entries into buckets (and into `pending` for loaded ones).
@@ -254,8 +242,7 @@ impl Wheel {
                 }
             }
             for (bucket, entries) in by_bucket {
-                append_bucket(&self.bucket_path(bucket), &entries)?;
-                self.touched.insert(bucket);
+                self.buckets.append(bucket, &entries)?;
             }
             self.state.indexed = next;
         }
@@ -267,12 +254,9 @@ impl Wheel {
             && (self.loaded_through + 1) * BUCKET_MS <= now + LOOKAHEAD_MS
         {
             let bucket = self.loaded_through + 1;
-            let path = self.bucket_path(bucket);
-            if path.exists() {
-                for entry in read_bucket(&path)? {
-                    if !self.state.delivered(entry) {
-                        self.pending.insert(entry);
-                    }
+            for entry in self.buckets.read(bucket)? {
+                if !self.state.delivered(entry) {
+                    self.pending.insert(entry);
                 }
             }
             self.loaded_through = bucket;
@@ -320,22 +304,14 @@ impl Wheel {
         if self.state == self.persisted {
             return Ok(());
         }
-        for bucket in std::mem::take(&mut self.touched) {
-            if let Ok(file) = File::open(self.bucket_path(bucket)) {
-                file.sync_all()?;
-            }
-        }
+        self.buckets.sync()?;
         let state = self.state;
         self.file
             .write(|| Some(serde_json::to_vec(&state).expect("checkpoint serializes")))?;
         self.persisted = state;
         if state.delivered_any {
             let done_below = minute(state.delivered_due).min(self.loaded_through + 1);
-            for (bucket, path) in bucket_files(&self.dir)? {
-                if bucket < done_below {
-                    fs::remove_file(path)?;
-                }
-            }
+            self.buckets.remove_below(done_below)?;
         }
         Ok(())
     }
@@ -473,60 +449,6 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn bucket_files(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        let bucket = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".bucket"))
-            .and_then(|n| n.parse::<i64>().ok());
-        if let Some(bucket) = bucket {
-            files.push((bucket, path));
-        }
-    }
-    files.sort();
-    Ok(files)
-}
-
-/// A bucket's entries; a torn last entry (a crash mid-append) is left out.
-fn read_bucket(path: &Path) -> io::Result<Vec<(i64, u64)>> {
-    let mut bytes = Vec::new();
-    File::open(path)?.read_to_end(&mut bytes)?;
-    Ok(bytes
-        .chunks_exact(ENTRY_BYTES)
-        .map(|e| {
-            let due = i64::from_be_bytes(e[..8].try_into().expect("8 bytes"));
-            let offset = u64::from_be_bytes(e[8..].try_into().expect("8 bytes"));
-            (due, offset)
-        })
-        .collect())
-}
-
-fn encode(entries: &[(i64, u64)]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(entries.len() * ENTRY_BYTES);
-    for (due, offset) in entries {
-        bytes.extend_from_slice(&due.to_be_bytes());
-        bytes.extend_from_slice(&offset.to_be_bytes());
-    }
-    bytes
-}
-
-fn append_bucket(path: &Path, entries: &[(i64, u64)]) -> io::Result<()> {
-    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
-    // A torn entry from a crash would shift every later one: cut back to whole entries.
-    let len = file.metadata()?.len();
-    if len % ENTRY_BYTES as u64 != 0 {
-        file.set_len(len - len % ENTRY_BYTES as u64)?;
-    }
-    file.write_all(&encode(entries))
-}
-
-fn write_bucket(path: &Path, entries: &[(i64, u64)]) -> io::Result<()> {
-    persist::write_atomically(path, &encode(entries))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,18 +478,5 @@ mod tests {
         );
         assert_eq!(due_time("TAGS\u{1}a\u{2}", now), Ok(None));
         assert!(due_time("TIMER_DELAY_MS\u{1}soon\u{2}", now).is_err());
-    }
-
-    #[test]
-    fn a_torn_bucket_entry_is_cut_before_the_next_append() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("7.bucket");
-        append_bucket(&path, &[(1, 2)]).unwrap();
-        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(&[9, 9, 9]).unwrap();
-        drop(file);
-        assert_eq!(read_bucket(&path).unwrap(), [(1, 2)]);
-        append_bucket(&path, &[(3, 4)]).unwrap();
-        assert_eq!(read_bucket(&path).unwrap(), [(1, 2), (3, 4)]);
     }
 }

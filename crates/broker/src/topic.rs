@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
+
+use quiver_store::durable_file::SnapshotFile;
+use quiver_store::MemoryTopics;
 
 use quiver_wire::body::{self, DataVersion, TopicConfig, TopicConfigSerializeWrapper};
 use serde::{Deserialize, Serialize};
-
-use crate::persist;
 
 pub const PERM_INHERIT: i32 = 1;
 pub const PERM_WRITE: i32 = 2;
@@ -86,16 +87,24 @@ pub struct TopicShape {
     pub read_queues: i32,
     pub write_queues: i32,
     pub perm: i32,
-    /// Non-persistent (`persistence=memory`): its queues are rings in memory (`memory.rs`).
+    /// Non-persistent (`persistence=memory`): its queues are rings the store keeps in memory.
     pub memory: bool,
 }
+
+/// The topic attribute that makes a topic non-persistent (`mqadmin updateTopic -a
+/// +persistence=memory`), and its values: its queues are then rings in memory, kept by the
+/// store, never written to the CommitLog.
+pub const PERSISTENCE_ATTRIBUTE: &str = "persistence";
+pub const PERSISTENCE_MEMORY: &str = "memory";
+/// The default: stored in the CommitLog.
+pub const PERSISTENCE_DISK: &str = "disk";
 
 /// Whether a topic's attributes make it non-persistent.
 pub fn is_memory_topic(config: &TopicConfig) -> bool {
     config
         .attributes
-        .get(crate::memory::PERSISTENCE_ATTRIBUTE)
-        .is_some_and(|value| value == crate::memory::PERSISTENCE_MEMORY)
+        .get(PERSISTENCE_ATTRIBUTE)
+        .is_some_and(|value| value == PERSISTENCE_MEMORY)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -189,8 +198,12 @@ impl TopicsReplaced {
 }
 
 pub struct TopicTable {
-    file: persist::SnapshotFile,
+    file: SnapshotFile,
     inner: RwLock<TopicsFile>,
+    /// The store's list of topics kept in memory, kept in step with each topic's
+    /// `persistence` attribute under the table's lock: the store then routes every append,
+    /// read and bound of such a topic to its rings, whoever asks.
+    memory_topics: Arc<MemoryTopics>,
 }
 
 pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
@@ -212,16 +225,23 @@ impl TopicTable {
         path: PathBuf,
         auto_create_topic: bool,
         default_queues: i32,
+        memory_topics: Arc<MemoryTopics>,
         now_ms: i64,
     ) -> Result<TopicTable, TopicError> {
-        let mut file =
-            persist::load(&path, body::from_json::<TopicsFile>).map_err(TopicError::Load)?;
+        let snapshot = SnapshotFile::new(path);
+        let mut file = snapshot
+            .load(body::from_json::<TopicsFile>)
+            .map_err(TopicError::Load)?;
         if file.data_version.timestamp == 0 {
             file.data_version.timestamp = now_ms;
         }
+        for (name, config) in &file.topic_config_table {
+            memory_topics.set(name, is_memory_topic(config));
+        }
         let table = TopicTable {
-            file: persist::SnapshotFile::new(path),
+            file: snapshot,
             inner: RwLock::new(file),
+            memory_topics,
         };
         if auto_create_topic {
             let template = topic_config(
@@ -288,6 +308,8 @@ impl TopicTable {
             if !should(inner.topic_config_table.get(&config.topic_name), &config) {
                 return Ok(false);
             }
+            self.memory_topics
+                .set(&config.topic_name, is_memory_topic(&config));
             inner
                 .topic_config_table
                 .insert(config.topic_name.clone(), config);
@@ -304,6 +326,7 @@ impl TopicTable {
             if inner.topic_config_table.remove(topic).is_none() {
                 return Ok(false);
             }
+            self.memory_topics.set(topic, false);
             inner.data_version.counter += 1;
         }
         self.persist()?;
@@ -355,6 +378,12 @@ impl TopicTable {
                 .collect();
             if !replaced.changed() {
                 return Ok(replaced);
+            }
+            for name in &replaced.removed {
+                self.memory_topics.set(name, false);
+            }
+            for (name, config) in &next {
+                self.memory_topics.set(name, is_memory_topic(config));
             }
             inner.topic_config_table = next;
             inner.data_version.counter += 1;
@@ -427,7 +456,9 @@ mod tests {
     fn topics_created_at_once_from_many_threads_all_reach_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config/topics.json");
-        let table = std::sync::Arc::new(TopicTable::open(path.clone(), true, 8, 1).expect("open"));
+        let table = std::sync::Arc::new(
+            TopicTable::open(path.clone(), true, 8, Arc::default(), 1).expect("open"),
+        );
         let threads: Vec<_> = (0..8)
             .map(|thread| {
                 let table = table.clone();
@@ -444,7 +475,8 @@ mod tests {
         for thread in threads {
             thread.join().expect("thread");
         }
-        let reopened = TopicTable::open(path, true, 8, 2).expect("the file is whole");
+        let reopened =
+            TopicTable::open(path, true, 8, Arc::default(), 2).expect("the file is whole");
         for thread in 0..8 {
             for i in 0..25 {
                 let name = format!("T{thread}-{i}-{}", "x".repeat(i * 4));
@@ -457,7 +489,7 @@ mod tests {
     fn topics_survive_reopen_and_system_topics_exist() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config/topics.json");
-        let table = TopicTable::open(path.clone(), true, 8, 1).expect("open");
+        let table = TopicTable::open(path.clone(), true, 8, Arc::default(), 1).expect("open");
         assert_eq!(table.shape(AUTO_CREATE_TOPIC).map(|s| s.perm), Some(7));
         assert!(table
             .create_if_absent(topic_config("T", 16, 6))
@@ -466,7 +498,7 @@ mod tests {
             .create_if_absent(topic_config("T", 4, 6))
             .expect("exists"));
         drop(table);
-        let table = TopicTable::open(path, true, 8, 2).expect("reopen");
+        let table = TopicTable::open(path, true, 8, Arc::default(), 2).expect("reopen");
         assert_eq!(
             table.shape("T"),
             Some(TopicShape {
@@ -490,8 +522,8 @@ mod tests {
     fn the_auto_create_template_follows_default_topic_queue_nums() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config/topics.json");
-        drop(TopicTable::open(path.clone(), true, 8, 1).expect("open"));
-        let table = TopicTable::open(path, true, 3, 2).expect("reopen");
+        drop(TopicTable::open(path.clone(), true, 8, Arc::default(), 1).expect("open"));
+        let table = TopicTable::open(path, true, 3, Arc::default(), 2).expect("reopen");
         let shape = table.shape(AUTO_CREATE_TOPIC).expect("TBW102");
         assert_eq!((shape.read_queues, shape.write_queues), (3, 3));
     }

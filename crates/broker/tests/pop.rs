@@ -610,3 +610,59 @@ async fn a_reset_frees_an_ordered_queue_held_by_messages_popped_before_it() {
         .await;
     assert_eq!(sorted_bodies(&next), ["o2", "o3"]);
 }
+
+#[tokio::test]
+async fn a_non_persistent_topic_is_peeked_popped_acked_and_revived_as_a_persistent_one_is() {
+    let mut h = Harness::new();
+    let mut create = quiver_testkit::create_topic_request("Ticks", 2, Encoding::Json);
+    let ext = create.ext.take().unwrap_or_default();
+    let create = create.with_ext(ext.with("attributes", "+persistence=memory"));
+    assert_eq!(h.call(create).await.code, response_code::SUCCESS);
+    let written_before = h.broker.store.stats().written_position;
+    for i in 0..6 {
+        let sent = h
+            .send("Ticks", format!("tick {i}").as_bytes(), &on_queue(i % 2))
+            .await;
+        assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+    }
+    assert_eq!(
+        h.broker.store.stats().written_position,
+        written_before,
+        "the sends stay in memory"
+    );
+    let peek = quiver_wire::ExtFields::new()
+        .with("consumerGroup", GROUP)
+        .with("topic", "Ticks")
+        .with("queueId", -1)
+        .with("maxMsgNums", 32);
+    let peeked = h
+        .call(Command::request(request_code::PEEK_MESSAGE, Encoding::Json).with_ext(peek))
+        .await;
+    assert_eq!(messages(&peeked).len(), 6, "{:?}", peeked.remark);
+
+    let first = h.call(pop_request("Ticks", 32, 30_000)).await;
+    assert_eq!(first.code, response_code::SUCCESS, "{:?}", first.remark);
+    let popped = messages(&first);
+    assert_eq!(popped.len(), 6);
+    for message in popped.iter().filter(|m| m.queue_id == 0) {
+        ack(&h, "Ticks", &first, message).await;
+    }
+    assert_eq!(h.broker.offsets.get("Ticks", GROUP, 0), Some(3));
+
+    h.advance(30_001);
+    revive_due(&h.broker, h.now_ms).await;
+    let again = messages(&h.call(pop_request("Ticks", 32, 30_000)).await);
+    let mut bodies: Vec<String> = again
+        .iter()
+        .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+        .collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        ["tick 1", "tick 3", "tick 5"],
+        "the unacked ones come back"
+    );
+    assert!(again
+        .iter()
+        .all(|m| m.reconsume_times == 1 && m.topic == "Ticks"));
+}

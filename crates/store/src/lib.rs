@@ -19,13 +19,15 @@
 
 mod appender;
 mod durability;
-mod durable_file;
+pub mod durable_file;
 mod index;
 mod log;
+mod memory;
 mod queues;
 mod read;
 mod recovery;
 mod retention;
+mod timer_buckets;
 mod types;
 
 use std::sync::mpsc;
@@ -45,9 +47,12 @@ pub use durability::checkpoint::{read as read_checkpoint, Checkpoint};
 use durability::{flusher, Durability, GroupCommit};
 use index::Index;
 use log::{prealloc, Log};
+use memory::MemoryQueues;
+pub use memory::{Drops, MemoryLimits, MemoryTopics, NOT_IN_LOG};
 pub use queues::ArrivalListener;
 use queues::Queues;
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
+pub use timer_buckets::{TimerBuckets, TimerEntry};
 
 /// With sync flush, the group commit for what one `Store::append` wrote: the fdatasync that
 /// completes those sends runs when this is dropped (or is left to a thread running one
@@ -77,6 +82,8 @@ struct Inner {
     queues: Arc<Queues>,
     index: Arc<Index>,
     durability: Arc<Durability>,
+    /// The rings of the topics kept in memory, which the log never sees.
+    memory: MemoryQueues,
     /// Requests waiting for the appender.
     queue: Mutex<Queue>,
     queue_capacity: usize,
@@ -122,6 +129,7 @@ impl Inner {
     /// Queues `appends` for the appender; refuses (and completes) the ones it cannot take.
     fn queue_all(&self, appends: Vec<Append>) {
         let mut refused = Vec::new();
+        let mut in_memory = Vec::new();
         {
             let mut queue = self.queue();
             for append in appends {
@@ -129,6 +137,8 @@ impl Inner {
                     refused.push((error, append.done));
                 } else if !queue.open {
                     refused.push((AppendError::Closed, append.done));
+                } else if self.memory.any_topic() && self.holds_in_memory(&append) {
+                    in_memory.push(append);
                 } else if queue.jobs.len() >= self.queue_capacity {
                     let queued_requests = queue.jobs.len();
                     refused.push((AppendError::Busy { queued_requests }, append.done));
@@ -141,6 +151,34 @@ impl Inner {
         for (error, done) in refused {
             done(Err(error));
         }
+        for append in in_memory {
+            self.append_in_memory(append);
+        }
+    }
+
+    /// Whether an append's records go to a ring (a request's records share one topic).
+    fn holds_in_memory(&self, append: &Append) -> bool {
+        append
+            .records
+            .first()
+            .is_some_and(|record| self.memory.holds(&record.topic))
+    }
+
+    /// Puts a request's records in their queue's ring and completes it at once: nothing waits
+    /// for a disk or a replica. Readers parked on the queue are told, as after a log append.
+    fn append_in_memory(&self, append: Append) {
+        let Append { records, done } = append;
+        let queue = records.first().map(|r| (r.topic.clone(), r.queue_id));
+        let entries = self.memory.append(records);
+        if let (Some((topic, queue_id)), Some(last)) = (queue, entries.last()) {
+            if let Some(listener) = self.queues.listener() {
+                listener(&topic, queue_id, last.queue_offset + 1);
+            }
+        }
+        done(Ok(AppendOutcome {
+            entries,
+            flush: FlushStatus::Ok,
+        }));
     }
 
     /// Writes everything queued, then (with sync flush) runs one group commit for what is
@@ -292,8 +330,14 @@ impl Store {
             config.commitlog_bytes_max,
             sync,
         );
+        let memory = MemoryQueues::open(config.memory_offsets_path.clone(), config.memory_limits)
+            .map_err(|message| OpenError::Io {
+            path: config.memory_offsets_path.display().to_string(),
+            message,
+        })?;
         let store = Store {
             inner: Arc::new(Inner {
+                memory,
                 queue: Mutex::new(Queue {
                     jobs: Vec::new(),
                     open: true,
@@ -419,6 +463,10 @@ impl Store {
         max_bytes: u32,
         accept: &dyn Fn(i64) -> bool,
     ) -> Result<QueueRead, ReadError> {
+        let memory = &self.inner.memory;
+        if memory.holds(topic) {
+            return Ok(memory.read(topic, queue_id, offset, max_messages, max_bytes, accept));
+        }
         read::read(
             self.inner.reader(),
             topic,
@@ -432,6 +480,9 @@ impl Store {
 
     /// Zeros for an unknown queue.
     pub fn bounds(&self, topic: &str, queue_id: u32) -> QueueBounds {
+        if self.inner.memory.holds(topic) {
+            return self.inner.memory.bounds(topic, queue_id);
+        }
         let (min_offset, max_offset) = self
             .inner
             .queues
@@ -486,11 +537,18 @@ impl Store {
         timestamp_ms: i64,
         boundary: Boundary,
     ) -> Result<u64, ReadError> {
+        let memory = &self.inner.memory;
+        if memory.holds(topic) {
+            return Ok(memory.offset_by_time(topic, queue_id, timestamp_ms, boundary));
+        }
         read::offset_by_time(self.inner.reader(), topic, queue_id, timestamp_ms, boundary)
     }
 
     /// Store time of the record at the queue's min offset; None for an empty or unknown queue.
     pub fn earliest_time(&self, topic: &str, queue_id: u32) -> Result<Option<i64>, ReadError> {
+        if self.inner.memory.holds(topic) {
+            return Ok(self.inner.memory.earliest_time(topic, queue_id));
+        }
         read::earliest_time(self.inner.reader(), topic, queue_id)
     }
 
@@ -526,11 +584,48 @@ impl Store {
     /// returns; a crash part-way either undoes it or lets the next open finish it.
     pub fn delete_topic(&self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
         let inner = &self.inner;
+        // Whatever the topic's kind now: a name deleted and created again as the other kind
+        // must find neither its old ring nor its old ConsumeQueues.
+        inner
+            .memory
+            .remove_topic(topic)
+            .map_err(|e| DeleteTopicError {
+                topic: topic.to_string(),
+                path: inner.config.memory_offsets_path.display().to_string(),
+                message: e.to_string(),
+            })?;
         let result = relock(inner.appender.lock()).delete_topic(topic);
         // Sends that others queued while this held the appender were left to the holder: write
         // them (and, with sync flush, fsync them) as any holder does after letting go.
         inner.write_and_commit();
         result
+    }
+
+    /// The topics kept in memory, for the owner of topics' settings to mark (`MemoryTopics::set`):
+    /// from then on a marked topic's appends, reads, bounds and offset lookups go to its rings.
+    pub fn memory_topics(&self) -> Arc<MemoryTopics> {
+        Arc::clone(self.inner.memory.topics())
+    }
+
+    /// Whether `topic`'s queues are kept in memory.
+    pub fn is_memory_topic(&self, topic: &str) -> bool {
+        self.inner.memory.holds(topic)
+    }
+
+    /// A consumer `group` read `topic`'s queue below its oldest offset from `from` and is moved
+    /// on: for a ring, the messages it skipped were dropped for it and are counted; the log
+    /// keeps no such count (retention is the operator's choice).
+    pub fn consumer_moved(&self, topic: &str, queue_id: u32, group: &str, from: u64) {
+        if self.inner.memory.holds(topic) {
+            self.inner
+                .memory
+                .consumer_moved(topic, queue_id, group, from);
+        }
+    }
+
+    /// Bytes held in the rings of memory topics, and what they dropped, per topic.
+    pub fn memory_usage(&self) -> (u64, std::collections::BTreeMap<String, Drops>) {
+        self.inner.memory.usage()
     }
 
     /// Every (topic, queue) that has a ConsumeQueue.
@@ -594,6 +689,11 @@ impl Store {
         }
         self.inner.stop_threads();
         self.flush()?;
+        let memory_offsets = &self.inner.config.memory_offsets_path;
+        self.inner
+            .memory
+            .close()
+            .map_err(|e| OpenError::io(memory_offsets, &e))?;
         let abort = &self.inner.config.abort_path;
         match std::fs::remove_file(abort) {
             Ok(()) => {}

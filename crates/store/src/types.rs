@@ -32,6 +32,9 @@ pub struct StoreConfig {
     /// appends past it fail with `DiskFull` until retention frees segments. `u64::MAX` for
     /// none; a real full disk (ENOSPC) fails the same way.
     pub commitlog_bytes_max: u64,
+    /// Where the next offsets of the queues kept in memory are reserved (`memory.rs`).
+    pub memory_offsets_path: PathBuf,
+    pub memory_limits: crate::MemoryLimits,
 }
 
 impl StoreConfig {
@@ -53,6 +56,8 @@ impl StoreConfig {
             append_queue_requests_max: 16_384,
             record_bytes_max: 4 * 1024 * 1024 + 64 * 1024,
             commitlog_bytes_max: u64::MAX,
+            memory_offsets_path: root.join("config").join("memoryQueueOffsets.json"),
+            memory_limits: crate::MemoryLimits::default(),
         }
     }
 }
@@ -122,6 +127,15 @@ pub enum FlushStatus {
 pub struct AppendOutcome {
     pub entries: Vec<Appended>,
     pub flush: FlushStatus,
+}
+
+impl AppendOutcome {
+    /// The CommitLog position after the request's last record: what a replica must hold for
+    /// it. None when its records are kept in memory, which no replica copies.
+    pub fn log_end(&self) -> Option<u64> {
+        let last = self.entries.last()?;
+        (last.position != crate::NOT_IN_LOG as u64).then(|| last.position + u64::from(last.size))
+    }
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

@@ -277,6 +277,10 @@ impl BrokerConfig {
         store.index_entries_max = self.index_entries_max;
         // The whole record carries the body plus headers, topic and properties (≤ 32 KiB).
         store.record_bytes_max = (self.max_message_bytes + 64 * 1024).min(u32::MAX as usize) as u32;
+        store.memory_limits = quiver_store::MemoryLimits {
+            queue_bytes: self.non_persistent_queue_bytes,
+            broker_bytes: self.non_persistent_bytes_max,
+        };
         store
     }
 }

@@ -12,8 +12,10 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
-use crate::memory::{PERSISTENCE_ATTRIBUTE, PERSISTENCE_DISK, PERSISTENCE_MEMORY};
-use crate::topic::{is_system_topic, validate_topic_name};
+use crate::topic::{
+    is_system_topic, validate_topic_name, PERSISTENCE_ATTRIBUTE, PERSISTENCE_DISK,
+    PERSISTENCE_MEMORY,
+};
 
 /// Queue counts above this are almost surely a typo; Java has no limit, but every queue costs a
 /// ConsumeQueue directory and a pull loop per consumer.
@@ -163,7 +165,6 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
         .offsets
         .persist_if_dirty()
         .map_err(|e| system_error(&e))?;
-    broker.memory.remove_topic(topic);
     broker.pop.remove_topic(topic);
     let deletion = broker
         .store
@@ -225,8 +226,8 @@ pub fn runtime_info(call: &Call, request: &Command) -> Handled {
     );
     // Non-persistent topics: bytes in their rings, and messages dropped (evicted from a full
     // ring, and skipped by groups that fell behind it).
-    put("nonPersistentBytes", broker.memory.bytes().to_string());
-    let drops = broker.memory.drops();
+    let (memory_bytes, drops) = broker.store.memory_usage();
+    put("nonPersistentBytes", memory_bytes.to_string());
     put(
         "nonPersistentEvicted",
         drops.values().map(|d| d.evicted).sum::<u64>().to_string(),

@@ -112,14 +112,18 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
 pub fn max_offset(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
-    let bounds = broker.queue_bounds(&header.topic, queue_id(header.queue_id)?);
+    let bounds = broker
+        .store
+        .bounds(&header.topic, queue_id(header.queue_id)?);
     answer(offset_response(request, bounds.max_offset))
 }
 
 pub fn min_offset(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
-    let bounds = broker.queue_bounds(&header.topic, queue_id(header.queue_id)?);
+    let bounds = broker
+        .store
+        .bounds(&header.topic, queue_id(header.queue_id)?);
     answer(offset_response(request, bounds.min_offset))
 }
 
@@ -142,16 +146,10 @@ pub fn search_offset_by_timestamp(call: &Call, request: &Command) -> Handled {
         }
     };
     let queue = queue_id(header.queue_id)?;
-    let offset = if is_memory(broker, &header.topic) {
-        broker
-            .memory
-            .offset_by_time(&header.topic, queue, header.timestamp)
-    } else {
-        broker
-            .store
-            .offset_by_time(&header.topic, queue, header.timestamp, boundary)
-            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
-    };
+    let offset = broker
+        .store
+        .offset_by_time(&header.topic, queue, header.timestamp, boundary)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     answer(offset_response(request, offset))
 }
 
@@ -159,14 +157,10 @@ pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let queue = queue_id(header.queue_id)?;
-    let time = if is_memory(broker, &header.topic) {
-        broker.memory.earliest_time(&header.topic, queue)
-    } else {
-        broker
-            .store
-            .earliest_time(&header.topic, queue)
-            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
-    };
+    let time = broker
+        .store
+        .earliest_time(&header.topic, queue)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     let header = TimestampResponseHeader {
         timestamp: time.unwrap_or(-1),
     };
@@ -175,10 +169,6 @@ pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
             .response_to(response_code::SUCCESS)
             .with_ext(header.to_ext()),
     )
-}
-
-fn is_memory(broker: &crate::state::Broker, topic: &str) -> bool {
-    broker.topics.shape(topic).is_some_and(|shape| shape.memory)
 }
 
 /// The offset of the first message of the queue stored at or after `timestamp`; a negative
@@ -190,16 +180,12 @@ fn offset_at(
     timestamp: i64,
 ) -> Result<i64, Refusal> {
     if timestamp < 0 {
-        return Ok(broker.queue_bounds(topic, queue).max_offset as i64);
+        return Ok(broker.store.bounds(topic, queue).max_offset as i64);
     }
-    let offset = if is_memory(broker, topic) {
-        broker.memory.offset_by_time(topic, queue, timestamp)
-    } else {
-        broker
-            .store
-            .offset_by_time(topic, queue, timestamp, Boundary::Lower)
-            .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?
-    };
+    let offset = broker
+        .store
+        .offset_by_time(topic, queue, timestamp, Boundary::Lower)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     Ok(offset as i64)
 }
 
@@ -236,7 +222,7 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
         let queue = queue_id(header.queue_id)?;
         let offset = match header.offset.filter(|offset| *offset != -1) {
             Some(offset) => {
-                let bounds = broker.queue_bounds(&header.topic, queue);
+                let bounds = broker.store.bounds(&header.topic, queue);
                 if offset < bounds.min_offset as i64 || offset > bounds.max_offset as i64 {
                     let remark = format!(
                         "Target offset {offset} not in consume queue range [{}-{}]",

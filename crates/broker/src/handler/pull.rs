@@ -53,7 +53,7 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
     let hold = Duration::from_millis(header.suspend_timeout_millis.clamp(0, SUSPEND_MS_MAX) as u64);
     // A message that landed between the first read and parking would not wake us: look once
     // more before sleeping.
-    let already_there = broker.queue_bounds(&header.topic, queue_id).max_offset > offset;
+    let already_there = broker.store.bounds(&header.topic, queue_id).max_offset > offset;
     tracing::debug!(
         topic = %header.topic, queue_id, offset, group = %header.consumer_group,
         hold_ms = hold.as_millis() as u64, already_there, "pull parked"
@@ -117,7 +117,7 @@ fn pull_once(
                 .offsets
                 .take_reset(&header.topic, &header.consumer_group, header.queue_id)
         {
-            let bounds = broker.queue_bounds(&header.topic, header.queue_id as u32);
+            let bounds = broker.store.bounds(&header.topic, header.queue_id as u32);
             let response_header = PullMessageResponseHeader {
                 suggest_which_broker_id: 0,
                 next_begin_offset: offset,
@@ -151,7 +151,7 @@ fn pull_once(
         .unwrap_or(PULL_BYTES_MAX)
         .clamp(1, PULL_BYTES_MAX) as u32;
     let below_zero = (header.queue_offset < 0)
-        .then(|| broker.queue_bounds(&header.topic, header.queue_id as u32))
+        .then(|| broker.store.bounds(&header.topic, header.queue_id as u32))
         .filter(|bounds| bounds.max_offset > 0);
     let read = if let Some(bounds) = below_zero {
         // Below every offset, as a read under the queue's minimum: RocketMQ answers
@@ -175,24 +175,17 @@ fn pull_once(
             max_messages,
             max_bytes,
             |from, count, bytes| {
-                if shape.memory {
+                let read = broker
+                    .store
+                    .read(&header.topic, queue_id, from, count, bytes, &accept)
+                    .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+                if read.status == ReadStatus::OffsetTooSmall {
                     let group = &header.consumer_group;
-                    let read = broker.memory.read(
-                        &header.topic,
-                        queue_id,
-                        group,
-                        from,
-                        count,
-                        bytes,
-                        &accept,
-                    );
-                    Ok(read)
-                } else {
                     broker
                         .store
-                        .read(&header.topic, queue_id, from, count, bytes, &accept)
-                        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))
+                        .consumer_moved(&header.topic, queue_id, group, from);
                 }
+                Ok::<_, Refusal>(read)
             },
         )?
     };

@@ -61,29 +61,13 @@ pub(super) fn write(
         records,
         queue_id,
         first_uniq_key,
-        memory,
         ..
     } = prepared;
     let broker = broker.clone();
     // Only the opaque and the encoding: the request itself stays with the connection.
     let response = request.response_to(response_code::SUCCESS);
-    if memory {
-        // A non-persistent topic: answered once the records are in the queue's ring, with no
-        // flush and no replication to wait for.
-        let topic = records[0].topic.clone();
-        let entries = broker.memory.append(records);
-        if let Some(last) = entries.last() {
-            broker
-                .waiters
-                .arrived(&topic, queue_id as u32, last.queue_offset + 1);
-        }
-        let outcome = AppendOutcome {
-            entries,
-            flush: FlushStatus::Ok,
-        };
-        let answer = respond(&broker, response, Ok(outcome), queue_id, first_uniq_key);
-        return Reply::Now(finish(answer));
-    }
+    // A non-persistent topic's records go to its ring in the store, which answers at once:
+    // no flush to wait for, and no replica copies them (`AppendOutcome::log_end`).
     Reply::Append {
         records,
         answer: Box::new(move |result| {
@@ -100,8 +84,6 @@ pub(super) struct Prepared {
     /// The queue the records go to, picked by the broker when the sender left it to it.
     pub queue_id: i32,
     first_uniq_key: Option<String>,
-    /// The topic is non-persistent: the records go to its ring, not to the store.
-    memory: bool,
 }
 
 /// Checks a send (SEND_REPLY_MESSAGE and its V2 alike) as RocketMQ's send processor does,
@@ -231,7 +213,6 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
         header,
         queue_id,
         first_uniq_key,
-        memory: shape.memory,
     })
 }
 

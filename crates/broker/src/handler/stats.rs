@@ -23,12 +23,6 @@ fn topic_missing(topic: &str) -> Refusal {
 
 /// Store time of the message at `offset`, 0 when it cannot be read.
 fn store_time_at(broker: &Broker, topic: &str, queue_id: u32, offset: u64) -> i64 {
-    if broker.topics.shape(topic).is_some_and(|shape| shape.memory) {
-        return broker
-            .memory
-            .store_time_at(topic, queue_id, offset)
-            .unwrap_or(0);
-    }
     let read = broker
         .store
         .read(topic, queue_id, offset, 1, 1 << 20, &|_| true);
@@ -57,7 +51,7 @@ pub fn topic_stats(call: &Call, request: &Command) -> Handled {
         .ok_or_else(|| topic_missing(&header.topic))?;
     let mut table = TopicStatsTable::default();
     for queue_id in 0..shape.write_queues.max(0) {
-        let bounds = broker.queue_bounds(&header.topic, queue_id as u32);
+        let bounds = broker.store.bounds(&header.topic, queue_id as u32);
         let last_update_timestamp = match bounds.max_offset {
             0 => 0,
             max => store_time_at(broker, &header.topic, queue_id as u32, max - 1),
@@ -93,7 +87,7 @@ pub fn consume_stats(call: &Call, request: &Command) -> Handled {
             continue;
         };
         for queue_id in 0..shape.read_queues.max(0) {
-            let bounds = broker.queue_bounds(topic, queue_id as u32);
+            let bounds = broker.store.bounds(topic, queue_id as u32);
             let consumer_offset = committed
                 .get(topic)
                 .and_then(|queues| queues.get(&queue_id))
