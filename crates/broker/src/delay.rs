@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use quiver_store::durable_file::{self, SnapshotFile};
 use quiver_store::{ReadStatus, Record};
 use quiver_wire::body;
 use quiver_wire::message::{find_property, property, StoredMessage};
@@ -121,16 +122,16 @@ struct OffsetsFile {
 
 /// How far each level has been delivered.
 pub struct DelayOffsets {
-    file: quiver_store::durable_file::SnapshotFile,
+    file: SnapshotFile,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
 }
 
 impl DelayOffsets {
     pub fn open(path: PathBuf) -> Result<DelayOffsets, String> {
-        let file = quiver_store::durable_file::load(&path, body::from_json::<OffsetsFile>)?;
+        let file = durable_file::load(&path, body::from_json::<OffsetsFile>)?;
         Ok(DelayOffsets {
-            file: quiver_store::durable_file::SnapshotFile::new(path),
+            file: SnapshotFile::new(path),
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
         })

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use quiver_store::durable_file::SnapshotFile;
 use quiver_wire::body::{self, SubscriptionGroupConfig, SubscriptionGroupWrapper};
 
 /// Groups every RocketMQ broker has from the start (`SubscriptionGroupManager.init`), with
@@ -49,7 +50,7 @@ pub fn validate_group(name: &str) -> Result<(), String> {
 }
 
 pub struct SubscriptionGroups {
-    file: quiver_store::durable_file::SnapshotFile,
+    file: SnapshotFile,
     table: Mutex<SubscriptionGroupWrapper>,
     auto_create: AtomicBool,
     dirty: AtomicBool,
@@ -66,9 +67,9 @@ impl SubscriptionGroups {
         known: impl IntoIterator<Item = String>,
         now_ms: i64,
     ) -> Result<SubscriptionGroups, String> {
-        let existed = path.exists() || quiver_store::durable_file::backup_path(&path).exists();
-        let mut table =
-            quiver_store::durable_file::load(&path, body::from_json::<SubscriptionGroupWrapper>)?;
+        let file = SnapshotFile::new(path);
+        let existed = file.was_written();
+        let mut table = file.load(body::from_json::<SubscriptionGroupWrapper>)?;
         let mut dirty = false;
         if !existed {
             table.data_version.timestamp = now_ms;
@@ -93,7 +94,7 @@ impl SubscriptionGroups {
             }
         }
         Ok(SubscriptionGroups {
-            file: quiver_store::durable_file::SnapshotFile::new(path),
+            file,
             table: Mutex::new(table),
             auto_create: AtomicBool::new(auto_create),
             dirty: AtomicBool::new(dirty),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use quiver_store::durable_file::{self, SnapshotFile};
 use quiver_wire::body;
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +49,7 @@ pub struct KeptCommit {
 }
 
 pub struct ConsumerOffsets {
-    file: quiver_store::durable_file::SnapshotFile,
+    file: SnapshotFile,
     table: Mutex<OffsetsFile>,
     dirty: AtomicBool,
 }
@@ -59,9 +60,9 @@ fn key(topic: &str, group: &str) -> String {
 
 impl ConsumerOffsets {
     pub fn open(path: PathBuf) -> Result<ConsumerOffsets, String> {
-        let file = quiver_store::durable_file::load(&path, body::from_json::<OffsetsFile>)?;
+        let file = durable_file::load(&path, body::from_json::<OffsetsFile>)?;
         Ok(ConsumerOffsets {
-            file: quiver_store::durable_file::SnapshotFile::new(path),
+            file: SnapshotFile::new(path),
             table: Mutex::new(file),
             dirty: AtomicBool::new(false),
         })

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use quiver_store::durable_file::{self, SnapshotFile};
 use quiver_wire::body::{
     self, MessageRequestModeSerializeWrapper, SetMessageRequestModeRequestBody,
 };
@@ -98,7 +99,7 @@ struct Inner {
 
 pub struct PopState {
     pub limits: Limits,
-    file: quiver_store::durable_file::SnapshotFile,
+    file: SnapshotFile,
     inner: Mutex<Inner>,
     dirty: AtomicBool,
     /// (topic, group) -> pops and notifications waiting now (POLLING_INFO).
@@ -133,8 +134,7 @@ pub enum Claim {
 
 impl PopState {
     pub fn open(path: PathBuf, limits: Limits) -> Result<PopState, String> {
-        let snapshot: Snapshot =
-            quiver_store::durable_file::load(&path, body::from_json::<Snapshot>)?;
+        let snapshot: Snapshot = durable_file::load(&path, body::from_json::<Snapshot>)?;
         let inner = Inner {
             queues: snapshot.queues.into_iter().collect(),
             modes: snapshot
@@ -145,7 +145,7 @@ impl PopState {
         };
         Ok(PopState {
             limits,
-            file: quiver_store::durable_file::SnapshotFile::new(path),
+            file: SnapshotFile::new(path),
             inner: Mutex::new(inner),
             dirty: AtomicBool::new(false),
             polling: Mutex::new(HashMap::new()),
