@@ -2,10 +2,15 @@
 //! so an operator's existing file starts as it is. Unknown keys are collected for one warning;
 //! a bad value is an error naming the key, the line and what is allowed.
 //!
-//! `BrokerConfig` and what follows from it live here; the file format, both ways (reading
-//! `broker.conf` lines and printing the configuration in effect as the same keys), in
-//! `properties.rs`.
+//! `BrokerConfig` and what follows from it live here. Each key is written once, in the table
+//! in `keys.rs` (name, default, reading, printing, documentation); `properties.rs` reads
+//! `broker.conf` lines and prints the configuration in effect through it, `field.rs` holds the
+//! value readers the keys share, and `document.rs` renders `docs/configuration.md` from it.
 
+#[cfg(test)]
+mod document;
+mod field;
+mod keys;
 mod properties;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -20,7 +25,7 @@ pub enum BrokerRole {
     Slave,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
     pub cluster_name: String,
     pub broker_name: String,

@@ -1,9 +1,11 @@
 //! `broker.conf` as text, both ways: `BrokerConfig::apply_properties` reads RocketMQ's
 //! `key=value` lines (as `java.util.Properties` splits them), and `BrokerConfig::properties`
-//! prints the configuration in effect as the same keys, so each key's name, parsing and
-//! printing sit together.
+//! prints the configuration in effect as the same keys. Both go through `keys::KEYS`, where
+//! each key's name, parsing and printing sit together.
 
-use super::*;
+use super::field::Field;
+use super::keys::{self, Printing, Reading, KEYS};
+use super::{BrokerConfig, ConfigError, UnknownKey};
 
 impl BrokerConfig {
     /// The configuration in effect, as RocketMQ's keys and values, in the order of a broker.conf
@@ -11,157 +13,18 @@ impl BrokerConfig {
     /// the port actually bound, which differs from `listenPort=0`. Applying these lines to a
     /// default configuration gives this one back.
     pub fn properties(&self, listen_port: u16) -> Vec<(&'static str, String)> {
-        let store = self.store_config();
-        let (flush_type, interval_ms, least_pages, sync_timeout_ms) = match self.flush {
-            FlushMode::Sync { timeout_ms } => ("SYNC_FLUSH", 500, 4, timeout_ms),
-            FlushMode::Async {
-                interval_ms,
-                least_pages,
-            } => ("ASYNC_FLUSH", interval_ms, least_pages, 5_000),
-        };
-        let role = match self.role {
-            BrokerRole::AsyncMaster => "ASYNC_MASTER",
-            BrokerRole::SyncMaster => "SYNC_MASTER",
-            BrokerRole::Slave => "SLAVE",
-        };
-        let path = |path: &std::path::Path| path.display().to_string();
-        vec![
-            ("brokerClusterName", self.cluster_name.clone()),
-            ("brokerName", self.broker_name.clone()),
-            ("brokerId", self.broker_id.to_string()),
-            ("namesrvAddr", self.namesrv_addrs.join(";")),
-            ("brokerIP1", self.broker_ip.to_string()),
-            ("bindAddress", self.bind_addr().ip().to_string()),
-            ("listenPort", listen_port.to_string()),
-            ("brokerRole", role.to_string()),
-            (
-                "haListenPort",
-                self.ha_listen_port
-                    .unwrap_or(listen_port.wrapping_add(1))
-                    .to_string(),
-            ),
-            (
-                "haMasterAddress",
-                self.ha_master_addr.clone().unwrap_or_default(),
-            ),
-            ("slaveTimeout", self.slave_timeout_ms.to_string()),
-            ("totalReplicas", self.total_replicas.to_string()),
-            ("slaveReadEnable", self.slave_read_enable.to_string()),
-            (
-                "accessMessageInMemoryMaxRatio",
-                self.in_memory_percent_max.to_string(),
-            ),
-            ("inSyncReplicas", self.in_sync_replicas.to_string()),
-            ("minInSyncReplicas", self.min_in_sync_replicas.to_string()),
-            ("brokerPermission", self.broker_permission.to_string()),
-            (
-                "defaultTopicQueueNums",
-                self.default_topic_queue_nums.to_string(),
-            ),
-            ("autoCreateTopicEnable", self.auto_create_topic.to_string()),
-            ("traceTopicEnable", self.trace_topic_enable.to_string()),
-            ("msgTraceTopicName", self.msg_trace_topic_name.clone()),
-            (
-                "storeReplyMessageEnable",
-                self.store_reply_message_enable.to_string(),
-            ),
-            (
-                "autoCreateSubscriptionGroup",
-                self.auto_create_subscription_group.to_string(),
-            ),
-            (
-                "useServerSideResetOffset",
-                self.use_server_side_reset_offset.to_string(),
-            ),
-            ("maxMessageSize", self.max_message_bytes.to_string()),
-            ("flushDiskType", flush_type.to_string()),
-            ("flushIntervalCommitLog", interval_ms.to_string()),
-            ("flushCommitLogLeastPages", least_pages.to_string()),
-            ("syncFlushTimeout", sync_timeout_ms.to_string()),
-            ("storePathRootDir", path(&self.store_root)),
-            ("storePathCommitLog", path(&store.commitlog_dir)),
-            ("storePathConsumeQueue", path(&store.consume_queue_dir)),
-            ("storePathIndex", path(&store.index_dir)),
-            ("storeCheckpoint", path(&store.checkpoint_path)),
-            ("abortFile", path(&store.abort_path)),
-            (
-                "mappedFileSizeCommitLog",
-                self.commitlog_segment_bytes.to_string(),
-            ),
-            (
-                "mappedFileSizeConsumeQueue",
-                (self.consume_queue_entries_per_file * 20).to_string(),
-            ),
-            ("maxHashSlotNum", self.index_slots.to_string()),
-            ("maxIndexNum", self.index_entries_max.to_string()),
-            (
-                "registerNameServerPeriod",
-                self.register_period_ms.to_string(),
-            ),
-            ("deleteWhen", self.delete_when.clone()),
-            ("fileReservedTime", self.file_reserved_hours.to_string()),
-            (
-                "diskMaxUsedSpaceRatio",
-                self.disk_max_used_ratio_percent.to_string(),
-            ),
-            (
-                "messageDelayLevel",
-                crate::delay::format_levels(&self.delay_levels_ms),
-            ),
-            ("timerWheelEnable", self.timer_wheel_enable.to_string()),
-            ("timerMaxDelaySec", self.timer_max_delay_sec.to_string()),
-            (
-                "popInflightMaxPerQueue",
-                self.pop_in_flight_max_per_queue.to_string(),
-            ),
-            (
-                "popInflightMaxPerGroup",
-                self.pop_in_flight_max_per_group.to_string(),
-            ),
-            ("nonPersistentTopics", self.non_persistent_topics.join(",")),
-            (
-                "transactionTimeOut",
-                self.transaction.timeout_ms.to_string(),
-            ),
-            (
-                "transactionCheckInterval",
-                self.transaction.interval_ms.to_string(),
-            ),
-            (
-                "transactionCheckMax",
-                self.transaction.check_max.to_string(),
-            ),
-            (
-                "nonPersistentQueueBytes",
-                self.non_persistent_queue_bytes.to_string(),
-            ),
-            (
-                "nonPersistentBytesMax",
-                self.non_persistent_bytes_max.to_string(),
-            ),
-            (
-                "enablePropertyFilter",
-                self.enable_property_filter.to_string(),
-            ),
-        ]
+        let printing = Printing::of(self, listen_port);
+        KEYS.iter()
+            .map(|key| (key.name, (key.print)(&printing)))
+            .collect()
     }
 
-    /// Applies a properties file on top of `self`. Returns the keys it did not act on.
+    /// Applies a properties file on top of `self`. Returns the keys it did not act on. On a
+    /// bad line the keys before it are applied, except the flush keys, which take effect
+    /// together once the whole file is read.
     pub fn apply_properties(&mut self, text: &str) -> Result<Vec<UnknownKey>, ConfigError> {
+        let mut reading = Reading::of(self);
         let mut unknown = Vec::new();
-        let mut flush_interval_ms = match self.flush {
-            FlushMode::Async { interval_ms, .. } => interval_ms,
-            FlushMode::Sync { .. } => 500,
-        };
-        let mut least_pages = match self.flush {
-            FlushMode::Async { least_pages, .. } => least_pages,
-            FlushMode::Sync { .. } => 4,
-        };
-        let mut sync_timeout_ms = match self.flush {
-            FlushMode::Sync { timeout_ms } => timeout_ms,
-            FlushMode::Async { .. } => 5_000,
-        };
-        let mut sync_flush = matches!(self.flush, FlushMode::Sync { .. });
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
             let trimmed = raw.trim();
@@ -176,152 +39,15 @@ impl BrokerConfig {
                     allowed: "a line of the form key=value".into(),
                 });
             };
-            let field = Field { line, key, value };
-            match key {
-                "brokerClusterName" => self.cluster_name = field.name()?,
-                "brokerName" => self.broker_name = field.name()?,
-                "brokerId" => self.broker_id = field.number(0, 1_000_000)?,
-                "namesrvAddr" => {
-                    self.namesrv_addrs = value
-                        .split(';')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(String::from)
-                        .collect()
-                }
-                "brokerIP1" => self.broker_ip = field.ip()?,
-                "bindAddress" => self.bind_ip = Some(field.ip()?),
-                "listenPort" => self.listen_port = field.number(0, 65_535)?,
-                "defaultTopicQueueNums" => self.default_topic_queue_nums = field.number(1, 1024)?,
-                "autoCreateTopicEnable" => self.auto_create_topic = field.boolean()?,
-                "traceTopicEnable" => self.trace_topic_enable = field.boolean()?,
-                "msgTraceTopicName" => {
-                    crate::topic::validate_topic_name(value)
-                        .map_err(|error| field.invalid(&format!("a topic name ({error})")))?;
-                    self.msg_trace_topic_name = value.to_string();
-                }
-                "storeReplyMessageEnable" => self.store_reply_message_enable = field.boolean()?,
-                "autoCreateSubscriptionGroup" => {
-                    self.auto_create_subscription_group = field.boolean()?
-                }
-                "useServerSideResetOffset" => {
-                    self.use_server_side_reset_offset = field.boolean()?
-                }
-                "brokerPermission" => self.broker_permission = field.number(0, 15)?,
-                "maxMessageSize" => self.max_message_bytes = field.number(1, 1024 * 1024 * 1024)?,
-                "brokerRole" => {
-                    self.role = match value {
-                        "ASYNC_MASTER" => BrokerRole::AsyncMaster,
-                        "SYNC_MASTER" => BrokerRole::SyncMaster,
-                        "SLAVE" => BrokerRole::Slave,
-                        _ => return Err(field.invalid("one of ASYNC_MASTER, SYNC_MASTER, SLAVE")),
-                    }
-                }
-                "flushDiskType" => {
-                    sync_flush = match value {
-                        "ASYNC_FLUSH" => false,
-                        "SYNC_FLUSH" => true,
-                        _ => return Err(field.invalid("one of ASYNC_FLUSH, SYNC_FLUSH")),
-                    }
-                }
-                "haListenPort" => self.ha_listen_port = Some(field.number(0, 65_535)?),
-                "haMasterAddress" => {
-                    self.ha_master_addr = Some(value.trim().to_string()).filter(|a| !a.is_empty())
-                }
-                "slaveTimeout" => self.slave_timeout_ms = field.number(1, 3_600_000)?,
-                "totalReplicas" => self.total_replicas = field.number(1, 16)?,
-                "slaveReadEnable" => self.slave_read_enable = field.boolean()?,
-                "accessMessageInMemoryMaxRatio" => {
-                    self.in_memory_percent_max = field.number(0, 100)?
-                }
-                "inSyncReplicas" => self.in_sync_replicas = field.number(1, 16)?,
-                "minInSyncReplicas" => self.min_in_sync_replicas = field.number(1, 16)?,
-                "flushIntervalCommitLog" => flush_interval_ms = field.number(1, 3_600_000)?,
-                "flushCommitLogLeastPages" => least_pages = field.number(0, 1_000_000)?,
-                "syncFlushTimeout" => sync_timeout_ms = field.number(1, 3_600_000)?,
-                "storePathRootDir" => self.store_root = field.path()?,
-                "storePathCommitLog" => self.store_commitlog = Some(field.path()?),
-                "storePathConsumeQueue" => self.store_consume_queue = Some(field.path()?),
-                "storePathIndex" => self.store_index = Some(field.path()?),
-                "storeCheckpoint" => self.store_checkpoint = Some(field.path()?),
-                "abortFile" => self.store_abort = Some(field.path()?),
-                "mapedFileSizeCommitLog" | "mappedFileSizeCommitLog" => {
-                    // Offsets within a segment are i32 on the wire and in the ConsumeQueue.
-                    self.commitlog_segment_bytes = field.number(4096, i32::MAX as u64)?
-                }
-                "mapedFileSizeConsumeQueue" | "mappedFileSizeConsumeQueue" => {
-                    // A byte size in RocketMQ, rounded up to whole 20-byte entries; the most
-                    // is 1 GiB of entries rounded up, so that every size printed reads back.
-                    let bytes: u64 =
-                        field.number(20, (1024 * 1024 * 1024_u64).div_ceil(20) * 20)?;
-                    self.consume_queue_entries_per_file = bytes.div_ceil(20);
-                }
-                "maxHashSlotNum" => self.index_slots = field.number(1, 100_000_000)?,
-                "maxIndexNum" => self.index_entries_max = field.number(1, 400_000_000)?,
-                "registerNameServerPeriod" => {
-                    self.register_period_ms = field.number(1_000, 60_000)?
-                }
-                "deleteWhen" => self.delete_when = field.delete_when()?,
-                "fileReservedTime" => self.file_reserved_hours = field.number(0, 1_000_000)?,
-                "diskMaxUsedSpaceRatio" => {
-                    self.disk_max_used_ratio_percent = field.number(10, 95)?
-                }
-                "messageDelayLevel" => {
-                    self.delay_levels_ms = crate::delay::parse_levels(value)
-                        .map_err(|allowed| field.invalid(allowed))?
-                }
-                "timerWheelEnable" => self.timer_wheel_enable = field.boolean()?,
-                "timerMaxDelaySec" => {
-                    self.timer_max_delay_sec = field.number(1, 10 * 365 * 86_400)?
-                }
-                "popInflightMaxPerQueue" => {
-                    self.pop_in_flight_max_per_queue = field.number(1, 10_000_000)?
-                }
-                "transactionTimeOut" => {
-                    self.transaction.timeout_ms = field.number(0, 30 * 86_400_000)?
-                }
-                "transactionCheckInterval" => {
-                    self.transaction.interval_ms = field.number(100, 86_400_000)?
-                }
-                "transactionCheckMax" => self.transaction.check_max = field.number(0, 10_000)?,
-                "popInflightMaxPerGroup" => {
-                    self.pop_in_flight_max_per_group = field.number(1, 100_000_000)?
-                }
-                "nonPersistentTopics" => {
-                    let mut topics = Vec::new();
-                    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                        crate::topic::validate_topic_name(name).map_err(|error| {
-                            field.invalid(&format!(
-                                "a comma-separated list of topic names ({error})"
-                            ))
-                        })?;
-                        topics.push(name.to_string());
-                    }
-                    self.non_persistent_topics = topics;
-                }
-                "nonPersistentQueueBytes" => {
-                    self.non_persistent_queue_bytes = field.number(64 * 1024, 1 << 40)?
-                }
-                "nonPersistentBytesMax" => {
-                    self.non_persistent_bytes_max = field.number(64 * 1024, 1 << 40)?
-                }
-                "enablePropertyFilter" => self.enable_property_filter = field.boolean()?,
-                _ => unknown.push(UnknownKey {
+            match keys::find(key) {
+                Some(known) => (known.read)(&mut reading, &Field { line, key, value })?,
+                None => unknown.push(UnknownKey {
                     line,
                     key: key.to_string(),
                 }),
             }
         }
-        self.flush = if sync_flush {
-            FlushMode::Sync {
-                timeout_ms: sync_timeout_ms,
-            }
-        } else {
-            FlushMode::Async {
-                interval_ms: flush_interval_ms,
-                least_pages,
-            }
-        };
+        reading.finish();
         Ok(unknown)
     }
 }
@@ -340,85 +66,10 @@ fn split_property(line: &str) -> Option<(&str, &str)> {
     Some((key, rest.trim_end()))
 }
 
-struct Field<'a> {
-    line: usize,
-    key: &'a str,
-    value: &'a str,
-}
-
-impl Field<'_> {
-    fn invalid(&self, allowed: &str) -> ConfigError {
-        ConfigError {
-            line: self.line,
-            key: self.key.to_string(),
-            value: self.value.to_string(),
-            allowed: allowed.to_string(),
-        }
-    }
-
-    fn number<T>(&self, min: T, max: T) -> Result<T, ConfigError>
-    where
-        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-    {
-        match self.value.parse::<T>() {
-            Ok(parsed) if parsed >= min && parsed <= max => Ok(parsed),
-            _ => Err(self.invalid(&format!("a whole number from {min} to {max}"))),
-        }
-    }
-
-    fn boolean(&self) -> Result<bool, ConfigError> {
-        match self.value.to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(self.invalid("true or false")),
-        }
-    }
-
-    fn ip(&self) -> Result<IpAddr, ConfigError> {
-        self.value
-            .parse()
-            .map_err(|_| self.invalid("an IPv4 or IPv6 address"))
-    }
-
-    fn path(&self) -> Result<PathBuf, ConfigError> {
-        if self.value.is_empty() {
-            return Err(self.invalid("a non-empty path"));
-        }
-        Ok(PathBuf::from(self.value))
-    }
-
-    fn name(&self) -> Result<String, ConfigError> {
-        let ok = !self.value.is_empty()
-            && self.value.len() <= 127
-            && self
-                .value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '%' || c == '|');
-        if ok {
-            Ok(self.value.to_string())
-        } else {
-            Err(self.invalid("1 to 127 characters of [A-Za-z0-9_-%|]"))
-        }
-    }
-
-    fn delete_when(&self) -> Result<String, ConfigError> {
-        let hours: Result<Vec<u32>, _> = self
-            .value
-            .split(';')
-            .map(|h| h.trim().parse::<u32>())
-            .collect();
-        match hours {
-            Ok(hours) if !hours.is_empty() && hours.iter().all(|h| *h < 24) => {
-                Ok(self.value.to_string())
-            }
-            _ => Err(self.invalid("hours of the day 00 to 23, separated by ';'")),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quiver_store::FlushMode;
 
     #[test]
     fn properties_set_known_keys_and_collect_unknown_ones() {
