@@ -59,7 +59,7 @@ pub struct BrokerConfig {
     /// is answered FLUSH_SLAVE_TIMEOUT.
     pub slave_timeout_ms: u64,
     /// RocketMQ 5's `totalReplicas`, `inSyncReplicas`, `minInSyncReplicas`: accepted and
-    /// checked, but SYNC_MASTER waits for one slave whatever they say (see the README).
+    /// checked, but SYNC_MASTER waits for one slave whatever they say (see docs/replication.md).
     pub total_replicas: u32,
     /// `slaveReadEnable`: pulls far behind the log's end are sent to a slave.
     pub slave_read_enable: bool,
