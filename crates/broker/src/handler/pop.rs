@@ -279,8 +279,7 @@ fn pop_queue(
     let mut bytes = Vec::new();
     let claim = broker.pop.claim(
         &key,
-        now_ms,
-        header.invisible_time,
+        (now_ms, header.invisible_time),
         ordered,
         init,
         |cursor, room| {
@@ -322,6 +321,11 @@ fn pop_queue(
     let (offsets, low) = match claim {
         Claim::Full => {
             found.full = true;
+            return;
+        }
+        Claim::Busy => {
+            let cursor = broker.pop.cursor(&key).unwrap_or(bounds.max_offset);
+            found.rest += bounds.max_offset.saturating_sub(cursor);
             return;
         }
         Claim::Taken { offsets, low } => (offsets, low),
