@@ -9,19 +9,16 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
+use crate::schedule::{run_step, Owner, Ready};
+use crate::state::Broker;
+use crate::stored;
 use quiver_store::durable_file::{self, SnapshotFile};
-use quiver_store::{ReadStatus, Record};
+use quiver_store::{AppendError, AppendOutcome, ReadStatus, Record};
 use quiver_wire::body;
 use quiver_wire::message::{find_property, property, StoredMessage};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
-
-use crate::clock::now_ms;
-use crate::state::Broker;
-use crate::stored;
 
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 /// RocketMQ's default `messageDelayLevel`: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
@@ -182,46 +179,80 @@ impl DelayOffsets {
     }
 }
 
-/// The scheduler task: every 100 ms, moves the due messages of every level.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut polls = 0u32;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tick.tick() => {}
+/// Delayed delivery as a background owner (`schedule.rs`): every 100 ms, the due messages of
+/// every level are appended to their real topics, and a level's offset moves past them once
+/// the store holds them.
+#[derive(Default)]
+pub struct DelayDelivery {
+    steps: u32,
+    /// Level -> the offset to move to once its batch is stored.
+    pending: BTreeMap<usize, u64>,
+}
+
+impl Owner for DelayDelivery {
+    fn name(&self) -> &'static str {
+        "delayed delivery"
+    }
+
+    fn period_ms(&self) -> u64 {
+        POLL_INTERVAL_MS
+    }
+
+    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready {
+        self.steps = self.steps.wrapping_add(1);
+        let mut ready = Ready {
+            persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
+            ..Ready::default()
+        };
+        self.pending.clear();
+        for level in 1..=broker.config.delay_levels_ms.len() {
+            let Some((records, next)) = due_at_level(broker, level, now_ms) else {
+                continue;
+            };
+            if records.is_empty() {
+                broker.delay_offsets.set(level, next);
+            } else {
+                self.pending.insert(level, next);
+                ready.append(records, level as u64);
+            }
         }
-        deliver_due(&broker, now_ms()).await;
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
-            persist(&broker).await;
+        ready
+    }
+
+    fn stored(
+        &mut self,
+        broker: &Broker,
+        token: u64,
+        outcome: Result<AppendOutcome, AppendError>,
+    ) -> bool {
+        let level = token as usize;
+        if let (Some(next), Ok(_)) = (self.pending.remove(&level), outcome) {
+            broker.delay_offsets.set(level, next);
         }
+        // Levels are independent: one that failed is tried again next step, the others go on.
+        true
     }
-    persist(&broker).await;
-}
 
-async fn persist(broker: &Arc<Broker>) {
-    let owner = broker.clone();
-    let result = tokio::task::spawn_blocking(move || owner.delay_offsets.persist_if_dirty()).await;
-    if let Ok(Err(error)) = result {
-        tracing::error!(%error, "could not persist delay offsets");
+    fn persist(&mut self, broker: &Broker) -> std::io::Result<()> {
+        broker.delay_offsets.persist_if_dirty()
     }
 }
 
-/// Moves every level's messages due at `now_ms` to their real topics.
-pub async fn deliver_due(broker: &Broker, now_ms: i64) {
-    for level in 1..=broker.config.delay_levels_ms.len() {
-        deliver_level(broker, level, now_ms).await;
-    }
+/// Moves every level's messages due at `now_ms` to their real topics, on this thread (tests and
+/// a step of the owner alike).
+pub fn deliver_due(broker: &Broker, now_ms: i64) {
+    run_step(&mut DelayDelivery::default(), broker, now_ms);
 }
 
-async fn deliver_level(broker: &Broker, level: usize, now_ms: i64) {
+/// A level's messages due at `now_ms`, rebuilt for their real topics, and the offset after the
+/// last one taken; None when there is nothing to move. Offsets below the queue's minimum were
+/// removed: the level's offset moves on to where the store says, with no records.
+fn due_at_level(broker: &Broker, level: usize, now_ms: i64) -> Option<(Vec<Record>, u64)> {
     let queue_id = level as u32 - 1;
     let offset = broker.delay_offsets.get(level);
     let bounds = broker.store.bounds(SCHEDULE_TOPIC, queue_id);
     if offset >= bounds.max_offset && offset >= bounds.min_offset {
-        return;
+        return None;
     }
     let read = match broker.store.read(
         SCHEDULE_TOPIC,
@@ -234,32 +265,17 @@ async fn deliver_level(broker: &Broker, level: usize, now_ms: i64) {
         Ok(read) => read,
         Err(error) => {
             tracing::warn!(level, offset, %error, "cannot read the schedule queue");
-            return;
+            return None;
         }
     };
     if let Some(damage) = &read.damage {
         tracing::error!(level, next_offset = read.next_offset, %damage, "damaged scheduled record not delivered");
     }
     if read.status != ReadStatus::Found {
-        // Offsets below the queue's minimum were removed; continue where the store says.
-        if read.next_offset != offset {
-            broker.delay_offsets.set(level, read.next_offset);
-        }
-        return;
+        return (read.next_offset != offset).then(|| (Vec::new(), read.next_offset));
     }
     let (records, next) = due_records(broker, level, &read.bytes, offset, now_ms);
-    if records.is_empty() {
-        if next != offset {
-            broker.delay_offsets.set(level, next);
-        }
-        return;
-    }
-    match stored::append(&broker.store, records).await {
-        Ok(_) => broker.delay_offsets.set(level, next),
-        Err(error) => {
-            tracing::warn!(level, %error, "delivering delayed messages failed; will retry")
-        }
-    }
+    (!records.is_empty() || next != offset).then_some((records, next))
 }
 
 /// The due messages at the front of a read, rebuilt for their real topic, and the offset after

@@ -21,11 +21,11 @@ pub mod locks;
 pub mod long_poll;
 pub mod offsets;
 mod outbound;
-
 pub mod pop;
 pub mod pop_revive;
 mod registration;
 pub mod replica_meta;
+pub mod schedule;
 pub mod server;
 mod start;
 pub mod state;

@@ -3,15 +3,11 @@
 //! past the retry maximum) and taken out of flight, as RocketMQ's PopReviveService does. The
 //! task also writes the pop state every second.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use quiver_store::ReadStatus;
+use quiver_store::{AppendError, AppendOutcome, ReadStatus};
 use quiver_wire::message::{property, StoredMessage};
-use tokio::sync::watch;
 
-use crate::clock::now_ms;
 use crate::pop::{retry_topic, QueueKey, RETRY_MAX_DEFAULT};
+use crate::schedule::{run_step, Owner, Ready};
 use crate::state::Broker;
 use crate::stored;
 use crate::topic::{topic_config, DLQ_PREFIX, PERM_READ, PERM_WRITE};
@@ -21,65 +17,86 @@ const PERSIST_EVERY_POLLS: u32 = 5;
 /// Messages revived per append.
 const REVIVE_PER_ROUND: usize = 256;
 
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut polls = 0u32;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tick.tick() => {}
-        }
-        revive_due(&broker, now_ms()).await;
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
-            persist(&broker).await;
-        }
-    }
-    persist(&broker).await;
+/// Pop revive as a background owner (`schedule.rs`): every 200 ms, ordered queues past their
+/// time are popped again, and up to `REVIVE_PER_ROUND` messages past their deadline are copied
+/// to their retry (or dead-letter) topic; they leave flight once the store holds the copies.
+/// The pop state is written every second.
+#[derive(Default)]
+pub struct PopRevive {
+    steps: u32,
+    /// What the step's batch revives, taken out of flight once it is stored.
+    reviving: Vec<(QueueKey, u64)>,
 }
 
-async fn persist(broker: &Arc<Broker>) {
-    let owner = broker.clone();
-    let result = tokio::task::spawn_blocking(move || owner.pop.persist_if_dirty()).await;
-    if let Ok(Err(error)) = result {
-        tracing::error!(%error, "could not persist the pop state");
+impl Owner for PopRevive {
+    fn name(&self) -> &'static str {
+        "pop revive"
     }
-}
 
-/// Revives what is past its deadline at `now_ms`, a batch per append until none is left.
-pub async fn revive_due(broker: &Broker, now_ms: i64) {
-    for (key, low) in broker.pop.expire_ordered(now_ms) {
-        broker
-            .offsets
-            .commit(&key.topic, &key.group, key.queue_id, low as i64);
+    fn period_ms(&self) -> u64 {
+        POLL_INTERVAL_MS
     }
-    loop {
+
+    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready {
+        self.steps = self.steps.wrapping_add(1);
+        let mut ready = Ready {
+            persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
+            ..Ready::default()
+        };
+        for (key, low) in broker.pop.expire_ordered(now_ms) {
+            commit_low(broker, &key, low);
+        }
         let expired = broker.pop.expired(now_ms, REVIVE_PER_ROUND);
-        if expired.is_empty() {
-            return;
+        ready.more = expired.len() >= REVIVE_PER_ROUND;
+        let records: Vec<_> = expired
+            .iter()
+            .filter_map(|(key, offset)| revived_record(broker, key, *offset, now_ms))
+            .collect();
+        if records.is_empty() {
+            // Gone (retention) or damaged, which was logged: nothing to copy, out of flight.
+            take_out_of_flight(broker, &expired);
+        } else {
+            self.reviving = expired;
+            ready.append(records, 0);
         }
-        let mut records = Vec::with_capacity(expired.len());
-        for (key, offset) in &expired {
-            if let Some(record) = revived_record(broker, key, *offset, now_ms) {
-                records.push(record);
-            }
-        }
-        if !records.is_empty() {
-            if let Err(error) = stored::append(&broker.store, records).await {
-                tracing::warn!(%error, "reviving popped messages failed; will retry");
-                return;
-            }
-        }
-        for (key, low) in broker.pop.revived(&expired) {
-            broker
-                .offsets
-                .commit(&key.topic, &key.group, key.queue_id, low as i64);
-        }
-        if expired.len() < REVIVE_PER_ROUND {
-            return;
-        }
+        ready
     }
+
+    fn stored(
+        &mut self,
+        broker: &Broker,
+        _: u64,
+        outcome: Result<AppendOutcome, AppendError>,
+    ) -> bool {
+        let reviving = std::mem::take(&mut self.reviving);
+        if outcome.is_ok() {
+            take_out_of_flight(broker, &reviving);
+        }
+        true
+    }
+
+    fn persist(&mut self, broker: &Broker) -> std::io::Result<()> {
+        broker.pop.persist_if_dirty()
+    }
+}
+
+fn commit_low(broker: &Broker, key: &QueueKey, low: u64) {
+    broker
+        .offsets
+        .commit(&key.topic, &key.group, key.queue_id, low as i64);
+}
+
+fn take_out_of_flight(broker: &Broker, revived: &[(QueueKey, u64)]) {
+    for (key, low) in broker.pop.revived(revived) {
+        commit_low(broker, &key, low);
+    }
+}
+
+/// Revives what is past its deadline at `now_ms`, a batch per append until none is left, on
+/// this thread (tests and the owner's steps alike).
+pub fn revive_due(broker: &Broker, now_ms: i64) {
+    let mut owner = PopRevive::default();
+    while run_step(&mut owner, broker, now_ms) {}
 }
 
 /// The copy of a popped message for the retry (or dead-letter) topic; None when the message

@@ -15,6 +15,7 @@ use crate::clock::now_ms;
 use crate::config::{BrokerConfig, BrokerRole, RetentionRound};
 use crate::ha;
 use crate::registration;
+use crate::schedule::Owner;
 use crate::state::{Broker, Persisted, StateError};
 
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
@@ -28,9 +29,14 @@ pub enum StartError {
     State(#[from] StateError),
     #[error("cannot listen on {addr}: {message}")]
     Bind { addr: SocketAddr, message: String },
+    #[error("cannot start the background thread: {0}")]
+    Thread(String),
 }
 
 /// A started broker; `shutdown` stops it cleanly.
+/// The background scheduler's stop and its thread.
+type Background = (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>);
+
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
     pub local_addr: SocketAddr,
@@ -39,6 +45,8 @@ pub struct RunningBroker {
     /// The accept loop: it ends once every connection has stopped reading and been answered.
     server: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: Vec<JoinHandle<()>>,
+    /// The background owners' scheduler (`schedule.rs`): dropping the sender stops it.
+    background: std::sync::Mutex<Option<Background>>,
     stopped: AtomicBool,
     registered: watch::Receiver<bool>,
 }
@@ -124,28 +132,23 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             registered_sender,
         )),
     ];
+    let mut background = None;
     match ha_listener {
         Some(listener) => {
-            // A slave delivers no delayed messages: its master does, and it copies the result
-            // and the master's delay offsets.
-            tasks.push(tokio::spawn(crate::delay::run(
-                broker.clone(),
-                stop.subscribe(),
-            )));
-            tasks.push(tokio::spawn(crate::pop_revive::run(
-                broker.clone(),
-                stop.subscribe(),
-            )));
-            tasks.push(tokio::spawn(crate::transaction::run(
-                broker.clone(),
-                stop.subscribe(),
-            )));
+            // A slave delivers no delayed, revived, checked or timer messages: its master does,
+            // and it copies the result and the master's progress.
+            let mut owners: Vec<Box<dyn Owner>> = vec![
+                Box::new(crate::delay::DelayDelivery::default()),
+                Box::new(crate::pop_revive::PopRevive::default()),
+                Box::new(crate::transaction::TransactionCheck::default()),
+            ];
             if broker.config.timer_wheel_enable {
-                tasks.push(tokio::spawn(crate::timer::run(
-                    broker.clone(),
-                    stop.subscribe(),
-                )));
+                owners.push(Box::new(crate::timer::TimerDelivery::new()));
             }
+            background = Some(
+                crate::schedule::spawn(broker.clone(), owners)
+                    .map_err(|e| StartError::Thread(e.to_string()))?,
+            );
             tasks.push(tokio::spawn(ha::master::serve(
                 listener,
                 broker.clone(),
@@ -177,6 +180,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         stop,
         server: std::sync::Mutex::new(Some(server)),
         tasks,
+        background: std::sync::Mutex::new(background),
         stopped: AtomicBool::new(false),
         registered,
     })
@@ -209,6 +213,21 @@ impl RunningBroker {
         }
         for task in &self.tasks {
             task.abort();
+        }
+        // The background owners finish their step and write their state one last time.
+        let background = self
+            .background
+            .lock()
+            .expect("background lock poisoned")
+            .take();
+        if let Some((stop, thread)) = background {
+            drop(stop);
+            if tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .is_err()
+            {
+                tracing::error!("the background thread did not stop cleanly");
+            }
         }
         let mut links = registration::namesrv_links(&self.broker);
         registration::unregister_everywhere(&self.broker, &mut links).await;

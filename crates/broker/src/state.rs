@@ -480,3 +480,20 @@ impl Broker {
         self.locks.expire(now_ms);
     }
 }
+
+/// A broker over a new store under `root`, with small files, for unit tests of the parts that
+/// need one.
+#[cfg(test)]
+pub(crate) fn test_broker(root: &std::path::Path) -> Broker {
+    let config = BrokerConfig {
+        store_root: root.join("store"),
+        commitlog_segment_bytes: 16 << 20,
+        consume_queue_entries_per_file: 1_000,
+        index_slots: 1_000,
+        index_entries_max: 4_000,
+        ..BrokerConfig::default()
+    };
+    let (persisted, _) = Persisted::open(&config, 1).expect("state opens");
+    let address: SocketAddr = "127.0.0.1:10911".parse().expect("address");
+    Broker::new(config, persisted, address, address, 1)
+}

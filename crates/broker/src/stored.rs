@@ -3,7 +3,7 @@
 //! record with its tag code and index keys, property edits, and a wait for the store from
 //! async code.
 
-use quiver_store::{Append, AppendError, AppendOutcome, Record, Store};
+use quiver_store::Record;
 use quiver_wire::message::{find_property, property, tags_code, StoredMessage};
 pub use quiver_wire::message::{with_property, without_property};
 
@@ -59,17 +59,6 @@ pub fn record_with(
         store_timestamp_ms: message.store_timestamp,
         bytes,
     })
-}
-
-/// Appends and waits for the store's answer without blocking a runtime worker.
-pub async fn append(store: &Store, records: Vec<Record>) -> Result<AppendOutcome, AppendError> {
-    let (done, answer) = tokio::sync::oneshot::channel();
-    let done = Box::new(move |result| {
-        let _ = done.send(result);
-    });
-    // Committed at once: nothing else is written with it.
-    drop(store.append(vec![Append { records, done }]));
-    answer.await.unwrap_or(Err(AppendError::Closed))
 }
 
 #[cfg(test)]

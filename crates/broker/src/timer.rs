@@ -22,16 +22,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use quiver_store::durable_file::SnapshotFile;
-use quiver_store::{ReadStatus, Record, TimerBuckets};
+use quiver_store::{AppendError, AppendOutcome, ReadStatus, Record, TimerBuckets};
 use quiver_wire::message::{find_property, property, StoredMessage};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use crate::clock::now_ms;
+use crate::schedule::{run_step, Owner, Ready};
 use crate::state::Broker;
 use crate::stored;
 
@@ -138,6 +137,11 @@ pub struct Wheel {
     pending: BTreeSet<(i64, u64)>,
     /// The last round since opening that delivered everything due at its time.
     drained: Option<Progress>,
+    /// The batch being appended, taken out of `pending` once it is stored.
+    delivering: Vec<(i64, u64)>,
+    /// Why the last step could not index or load, until one can.
+    failure: Option<io::Error>,
+    steps: u32,
 }
 
 fn minute(due_ms: i64) -> i64 {
@@ -207,6 +211,9 @@ impl Wheel {
             },
             pending: BTreeSet::new(),
             drained: None,
+            delivering: Vec::new(),
+            failure: None,
+            steps: 0,
         })
     }
 
@@ -264,40 +271,6 @@ impl Wheel {
         Ok(())
     }
 
-    /// Delivers what is due at `now`, in due order, a batch per append; false when an append
-    /// failed and some stay.
-    async fn deliver(&mut self, broker: &Broker, now: i64) -> bool {
-        loop {
-            let due: Vec<(i64, u64)> = self
-                .pending
-                .iter()
-                .take_while(|(due, _)| *due <= now)
-                .take(DELIVER_PER_APPEND)
-                .copied()
-                .collect();
-            let Some(&last) = due.last() else {
-                return true;
-            };
-            let mut records = Vec::with_capacity(due.len());
-            for &(_, offset) in &due {
-                if let Some(record) = real_record(broker, offset, now) {
-                    records.push(record);
-                }
-            }
-            if !records.is_empty() {
-                if let Err(error) = stored::append(&broker.store, records).await {
-                    tracing::warn!(%error, "delivering timer messages failed; will retry");
-                    return false;
-                }
-            }
-            for entry in &due {
-                self.pending.remove(entry);
-            }
-            self.state.delivered_any = true;
-            (self.state.delivered_due, self.state.delivered_offset) = last;
-        }
-    }
-
     /// Makes bucket appends durable, then the checkpoint; then removes buckets wholly
     /// delivered by the persisted checkpoint.
     pub fn persist(&mut self) -> io::Result<()> {
@@ -329,18 +302,113 @@ impl Wheel {
         self.pending.len()
     }
 
-    /// One round: index, load, deliver.
-    pub async fn round(&mut self, broker: &Broker, now: i64) -> io::Result<()> {
-        self.index(broker)?;
-        self.load(now)?;
-        // Drained: every bucket up to now loaded (not held back by PENDING_MAX) and delivered.
-        if self.deliver(broker, now).await && self.loaded_through >= minute(now) {
-            self.drained = Some(Progress {
-                read_ms: now.saturating_add(1),
-                indexed: self.state.indexed,
-            });
+    /// One round at `now`, carried out on this thread: index, load, and deliver every batch
+    /// due (tests, and each step of the scheduler's owner).
+    pub fn round(&mut self, broker: &Broker, now: i64) -> io::Result<()> {
+        while run_step(self, broker, now) {}
+        match self.failure.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The next batch due at `now` (in due order), asked for as one append; the wheel moves
+    /// past it once it is stored. Nothing due: a drained round, if every bucket up to now is
+    /// loaded (not held back by PENDING_MAX).
+    fn next_batch(&mut self, broker: &Broker, now: i64, ready: &mut Ready) {
+        let due: Vec<(i64, u64)> = self
+            .pending
+            .iter()
+            .take_while(|(due, _)| *due <= now)
+            .take(DELIVER_PER_APPEND)
+            .copied()
+            .collect();
+        if due.is_empty() {
+            if self.loaded_through >= minute(now) {
+                self.drained = Some(Progress {
+                    read_ms: now.saturating_add(1),
+                    indexed: self.state.indexed,
+                });
+            }
+            return;
+        }
+        let records: Vec<Record> = due
+            .iter()
+            .filter_map(|&(_, offset)| real_record(broker, offset, now))
+            .collect();
+        ready.more = true;
+        if records.is_empty() {
+            // None could be read or rebuilt (logged): nothing to store, all taken as done.
+            self.delivered(&due);
+        } else {
+            self.delivering = due;
+            ready.append(records, 0);
+        }
+    }
+
+    /// Takes delivered entries out of memory and moves the cursor to the last one.
+    fn delivered(&mut self, due: &[(i64, u64)]) {
+        let Some(&last) = due.last() else {
+            return;
+        };
+        for entry in due {
+            self.pending.remove(entry);
+        }
+        self.state.delivered_any = true;
+        (self.state.delivered_due, self.state.delivered_offset) = last;
+    }
+}
+
+impl Owner for Wheel {
+    fn name(&self) -> &'static str {
+        "timer wheel"
+    }
+
+    fn period_ms(&self) -> u64 {
+        POLL_INTERVAL_MS
+    }
+
+    fn step(&mut self, broker: &Broker, now: i64) -> Ready {
+        self.steps = self.steps.wrapping_add(1);
+        let mut ready = Ready {
+            persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
+            ..Ready::default()
+        };
+        match self.index(broker).and_then(|()| self.load(now)) {
+            Ok(()) => {
+                self.failure = None;
+                self.next_batch(broker, now, &mut ready);
+            }
+            Err(error) => {
+                if self.failure.is_none() {
+                    tracing::error!(%error, "timer wheel round failed; retrying");
+                }
+                self.failure = Some(error);
+            }
+        }
+        let counters = &broker.counters;
+        let pending = self.pending.len() as u64;
+        counters
+            .timer_pending
+            .store(pending, std::sync::atomic::Ordering::Relaxed);
+        let mut progress = counters
+            .timer_progress
+            .lock()
+            .expect("timer progress lock poisoned");
+        *progress = Some(self.progress());
+        ready
+    }
+
+    fn stored(&mut self, _: &Broker, _: u64, outcome: Result<AppendOutcome, AppendError>) -> bool {
+        let delivering = std::mem::take(&mut self.delivering);
+        if outcome.is_ok() {
+            self.delivered(&delivering);
+        }
+        true
+    }
+
+    fn persist(&mut self, _: &Broker) -> io::Result<()> {
+        Wheel::persist(self)
     }
 }
 
@@ -397,55 +465,74 @@ fn real_record(broker: &Broker, offset: u64, now: i64) -> Option<Record> {
     }
 }
 
-/// The wheel task: every 100 ms, indexes new timer messages and delivers the due ones.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let root = broker.config.store_root.clone();
-    let mut wheel = match tokio::task::spawn_blocking(move || Wheel::open(&root, now_ms())).await {
-        Ok(Ok(wheel)) => wheel,
-        Ok(Err(error)) => {
-            tracing::error!(%error, "cannot open the timer wheel: timer messages wait until a restart");
-            return;
-        }
-        Err(error) => {
-            tracing::error!(%error, "timer wheel start failed");
-            return;
-        }
-    };
-    let mut tick = tokio::time::interval(Duration::from_millis(POLL_INTERVAL_MS));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut polls = 0u32;
-    let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tick.tick() => {}
-        }
-        match wheel.round(&broker, now_ms()).await {
-            Ok(()) => failing = false,
-            Err(error) if !failing => {
-                tracing::error!(%error, "timer wheel round failed; retrying");
-                failing = true;
-            }
-            Err(_) => {}
-        }
-        broker.counters.timer_pending.store(
-            wheel.pending_in_memory() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        *broker
-            .counters
-            .timer_progress
-            .lock()
-            .expect("timer progress lock poisoned") = Some(wheel.progress());
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(PERSIST_EVERY_POLLS) {
-            if let Err(error) = wheel.persist() {
-                tracing::error!(%error, "cannot write the timer checkpoint");
-            }
+/// The timer wheel as a background owner: opened at its first step on the scheduler's thread
+/// (opening reads and rewrites bucket files), then stepped as the wheel itself.
+pub struct TimerDelivery {
+    wheel: Option<Wheel>,
+    /// Opening failed: timer messages wait until a restart.
+    failed: bool,
+}
+
+impl TimerDelivery {
+    pub fn new() -> TimerDelivery {
+        TimerDelivery {
+            wheel: None,
+            failed: false,
         }
     }
-    if let Err(error) = wheel.persist() {
-        tracing::error!(%error, "cannot write the timer checkpoint");
+
+    fn wheel(&mut self, broker: &Broker) -> Option<&mut Wheel> {
+        if self.wheel.is_none() && !self.failed {
+            match Wheel::open(&broker.config.store_root, now_ms()) {
+                Ok(wheel) => self.wheel = Some(wheel),
+                Err(error) => {
+                    tracing::error!(%error, "cannot open the timer wheel: timer messages wait until a restart");
+                    self.failed = true;
+                }
+            }
+        }
+        self.wheel.as_mut()
+    }
+}
+
+impl Default for TimerDelivery {
+    fn default() -> TimerDelivery {
+        TimerDelivery::new()
+    }
+}
+
+impl Owner for TimerDelivery {
+    fn name(&self) -> &'static str {
+        "timer wheel"
+    }
+
+    fn period_ms(&self) -> u64 {
+        POLL_INTERVAL_MS
+    }
+
+    fn step(&mut self, broker: &Broker, now: i64) -> Ready {
+        self.wheel(broker)
+            .map(|wheel| wheel.step(broker, now))
+            .unwrap_or_default()
+    }
+
+    fn stored(
+        &mut self,
+        broker: &Broker,
+        token: u64,
+        outcome: Result<AppendOutcome, AppendError>,
+    ) -> bool {
+        match self.wheel.as_mut() {
+            Some(wheel) => wheel.stored(broker, token, outcome),
+            None => true,
+        }
+    }
+
+    fn persist(&mut self, broker: &Broker) -> io::Result<()> {
+        match self.wheel.as_mut() {
+            Some(wheel) => Owner::persist(wheel, broker),
+            None => Ok(()),
+        }
     }
 }
 

@@ -78,7 +78,7 @@ async fn master() -> Harness {
     };
     h.send("Orders", b"later", &level_2).await;
     h.advance(5_000);
-    delay::deliver_due(&h.broker, h.now_ms).await;
+    delay::deliver_due(&h.broker, h.now_ms);
     h
 }
 

@@ -4,35 +4,215 @@
 //! `transactionCheckMax` times to `TRANS_CHECK_MAX_TIME_TOPIC`.
 
 use super::*;
+use crate::connection::Connection;
+use crate::schedule::{run_step, Owner, Ready};
+use quiver_store::{AppendError, AppendOutcome};
 
-/// The check task: a round every `transactionCheckInterval`, and the progress put in the
-/// offset table every second.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let config = broker.config.transaction;
-    let mut progress = tokio::time::interval(Duration::from_millis(PROGRESS_INTERVAL_MS));
-    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut round = tokio::time::interval(Duration::from_millis(config.interval_ms));
-    round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick of an interval is at once; a round just after start would find little.
-    round.tick().await;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = progress.tick() => {}
-            _ = round.tick() => {
-                let report = check_round(&broker, now_ms()).await;
-                if report != CheckReport::default() {
-                    tracing::info!(?report, "transaction check round");
+/// The transaction check as a background owner (`schedule.rs`): a round every
+/// `transactionCheckInterval` (the first one interval after start: a round at once would find
+/// little), and the progress put in the offset table every second.
+#[derive(Default)]
+pub struct TransactionCheck {
+    next_round_ms: Option<i64>,
+    /// Decisions being written, by half offset.
+    deciding: BTreeMap<u64, Decision>,
+    report: CheckReport,
+}
+
+/// Why a decision is written for a half the check found due.
+#[derive(Debug, Clone, Copy)]
+enum Decision {
+    /// Its committed copy is in its topic: a crash lost its op record.
+    FoundCommitted,
+    /// Checked `transactionCheckMax` times: moved to TRANS_CHECK_MAX_TIME_TOPIC.
+    Discarded,
+}
+
+impl TransactionCheck {
+    /// An owner whose first round is due at `now_ms`.
+    fn round_due(now_ms: i64) -> TransactionCheck {
+        TransactionCheck {
+            next_round_ms: Some(now_ms),
+            ..TransactionCheck::default()
+        }
+    }
+
+    /// One round at `now_ms`: every undecided half older than its immunity is checked with its
+    /// producer, found committed, or moved aside.
+    fn round(&mut self, broker: &Broker, now_ms: i64, ready: &mut Ready) {
+        let transactions = &broker.transactions;
+        let end = broker.store.bounds(HALF_TOPIC, 0).max_offset;
+        let (mut offset, _) = transactions.progress();
+        let mut looked_at = 0;
+        'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
+            let Some((halves, next)) = read_from(&broker.store, HALF_TOPIC, offset) else {
+                break;
+            };
+            for half in halves {
+                let half_offset = half.queue_offset as u64;
+                if transactions.is_settled(half_offset) {
+                    continue;
+                }
+                looked_at += 1;
+                match due(&half, &broker.config.transaction, now_ms) {
+                    Due::Later => continue,
+                    // Halves are stored in born order, give or take the producers' clocks: the
+                    // ones after a young one are young too.
+                    Due::NotYet => break 'scan,
+                    Due::Now => {}
+                }
+                self.resolve(broker, half, now_ms, ready);
+            }
+            offset = next;
+        }
+    }
+
+    /// Decides or checks one half that is due.
+    fn resolve(&mut self, broker: &Broker, half: StoredMessage, now_ms: i64, ready: &mut Ready) {
+        let half_offset = half.queue_offset as u64;
+        if has_committed_copy(broker, &half) {
+            tracing::warn!(
+                half_offset,
+                "half message committed before a crash lost its op record; recording the decision"
+            );
+            self.decide(
+                broker,
+                &half,
+                Vec::new(),
+                Decision::FoundCommitted,
+                now_ms,
+                ready,
+            );
+            return;
+        }
+        let check_max = broker.config.transaction.check_max;
+        if broker.transactions.checks_sent(half_offset) >= check_max {
+            match discarded_record(broker, &half) {
+                Ok(record) => {
+                    tracing::warn!(
+                        half_offset,
+                        uniq_key = half.property(property::UNIQ_KEY).unwrap_or_default(),
+                        "half message checked {check_max} times without a decision: moved to {CHECK_MAX_TOPIC}",
+                    );
+                    self.decide(
+                        broker,
+                        &half,
+                        vec![record],
+                        Decision::Discarded,
+                        now_ms,
+                        ready,
+                    );
+                }
+                Err(error) => {
+                    tracing::error!(half_offset, %error, "cannot move a half message aside")
                 }
             }
+            return;
         }
+        broker.transactions.count_check(half_offset);
+        match check_request(broker, &half) {
+            Some(request) => {
+                self.report.checked += 1;
+                ready.requests.push(request);
+            }
+            None => self.report.no_producer += 1,
+        }
+    }
+
+    /// Asks for `records` and then the op record for `half` as one append, if nothing else
+    /// decides it first (`Transactions::claim`).
+    fn decide(
+        &mut self,
+        broker: &Broker,
+        half: &StoredMessage,
+        mut records: Vec<Record>,
+        decision: Decision,
+        now_ms: i64,
+        ready: &mut Ready,
+    ) {
+        let half_offset = half.queue_offset as u64;
+        let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
+        if !broker.transactions.claim(half_offset, op_end) {
+            return;
+        }
+        match op_record(broker, half_offset, now_ms) {
+            Ok(record) => records.push(record),
+            Err(error) => {
+                broker.transactions.abandoned(half_offset);
+                tracing::error!(half_offset, %error, "cannot build a transaction op record");
+                return;
+            }
+        }
+        self.deciding.insert(half_offset, decision);
+        ready.append(records, half_offset);
+    }
+}
+
+impl Owner for TransactionCheck {
+    fn name(&self) -> &'static str {
+        "transaction check"
+    }
+
+    fn period_ms(&self) -> u64 {
+        PROGRESS_INTERVAL_MS
+    }
+
+    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready {
+        let mut ready = Ready::default();
         broker
             .transactions
             .commit_progress(&broker.store, &broker.offsets);
+        let interval_ms = broker.config.transaction.interval_ms as i64;
+        let next_round_ms = *self
+            .next_round_ms
+            .get_or_insert(now_ms.saturating_add(interval_ms));
+        if now_ms >= next_round_ms {
+            self.next_round_ms = Some(now_ms.saturating_add(interval_ms));
+            if self.report != CheckReport::default() {
+                tracing::info!(report = ?self.report, "transaction check round");
+            }
+            self.report = CheckReport::default();
+            self.round(broker, now_ms, &mut ready);
+        }
+        ready
     }
-    broker
-        .transactions
-        .commit_progress(&broker.store, &broker.offsets);
+
+    fn stored(
+        &mut self,
+        broker: &Broker,
+        token: u64,
+        outcome: Result<AppendOutcome, AppendError>,
+    ) -> bool {
+        let half_offset = token;
+        let Some(decision) = self.deciding.remove(&half_offset) else {
+            return true;
+        };
+        let transactions = &broker.transactions;
+        match outcome {
+            Ok(outcome) => {
+                let op_offset = outcome.entries.last().map_or(0, |e| e.queue_offset);
+                let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
+                transactions.decided(half_offset, op_offset, op_end);
+                match decision {
+                    Decision::FoundCommitted => self.report.found_committed += 1,
+                    Decision::Discarded => self.report.discarded += 1,
+                }
+            }
+            Err(error) => {
+                transactions.abandoned(half_offset);
+                tracing::warn!(half_offset, %error, "writing a transaction decision failed; next round tries again");
+            }
+        }
+        true
+    }
+
+    fn persist(&mut self, broker: &Broker) -> std::io::Result<()> {
+        // The progress lives in the consumer offsets, which the offset snapshot writes.
+        broker
+            .transactions
+            .commit_progress(&broker.store, &broker.offsets);
+        Ok(())
+    }
 }
 
 /// What one check round did.
@@ -48,38 +228,15 @@ pub struct CheckReport {
     pub discarded: usize,
 }
 
-/// One check round at `now_ms`: every undecided half older than its immunity is checked with
-/// its producer, found committed, or moved aside.
-pub async fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
-    let transactions = &broker.transactions;
-    transactions.commit_progress(&broker.store, &broker.offsets);
-    let mut report = CheckReport::default();
-    let end = broker.store.bounds(HALF_TOPIC, 0).max_offset;
-    let (mut offset, _) = transactions.progress();
-    let mut looked_at = 0;
-    'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
-        let Some((halves, next)) = read_from(&broker.store, HALF_TOPIC, offset) else {
-            break;
-        };
-        for half in halves {
-            let half_offset = half.queue_offset as u64;
-            if transactions.is_settled(half_offset) {
-                continue;
-            }
-            looked_at += 1;
-            match due(&half, &broker.config.transaction, now_ms) {
-                Due::Later => continue,
-                // Halves are stored in born order, give or take the producers' clocks: the
-                // ones after a young one are young too.
-                Due::NotYet => break 'scan,
-                Due::Now => {}
-            }
-            resolve(broker, half, now_ms, &mut report).await;
-        }
-        offset = next;
-    }
-    transactions.commit_progress(&broker.store, &broker.offsets);
-    report
+/// One check round at `now_ms`, carried out on this thread (tests, and an operator's "check
+/// now"): what it did.
+pub fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
+    let mut check = TransactionCheck::round_due(now_ms);
+    run_step(&mut check, broker, now_ms);
+    broker
+        .transactions
+        .commit_progress(&broker.store, &broker.offsets);
+    check.report
 }
 
 enum Due {
@@ -111,80 +268,6 @@ fn due(half: &StoredMessage, config: &CheckConfig, now_ms: i64) -> Due {
         }
         None if (0..=timeout_ms).contains(&age_ms) => Due::NotYet,
         None => Due::Now,
-    }
-}
-
-/// Decides or checks one half that is due.
-async fn resolve(broker: &Broker, half: StoredMessage, now_ms: i64, report: &mut CheckReport) {
-    let half_offset = half.queue_offset as u64;
-    if has_committed_copy(broker, &half) {
-        tracing::warn!(
-            half_offset,
-            "half message committed before a crash lost its op record; recording the decision"
-        );
-        if write_decision(broker, &half, Vec::new(), now_ms).await {
-            report.found_committed += 1;
-        }
-        return;
-    }
-    if broker.transactions.checks_sent(half_offset) >= broker.config.transaction.check_max {
-        match discarded_record(broker, &half) {
-            Ok(record) => {
-                tracing::warn!(
-                    half_offset,
-                    uniq_key = half.property(property::UNIQ_KEY).unwrap_or_default(),
-                    "half message checked {} times without a decision: moved to {CHECK_MAX_TOPIC}",
-                    broker.config.transaction.check_max
-                );
-                if write_decision(broker, &half, vec![record], now_ms).await {
-                    report.discarded += 1;
-                }
-            }
-            Err(error) => tracing::error!(half_offset, %error, "cannot move a half message aside"),
-        }
-        return;
-    }
-    broker.transactions.count_check(half_offset);
-    if send_check(broker, &half) {
-        report.checked += 1;
-    } else {
-        report.no_producer += 1;
-    }
-}
-
-/// Writes `records` and then the op record for `half`, as one append, if nothing else decides
-/// it first. Returns whether it was written.
-async fn write_decision(
-    broker: &Broker,
-    half: &StoredMessage,
-    mut records: Vec<Record>,
-    now_ms: i64,
-) -> bool {
-    let half_offset = half.queue_offset as u64;
-    let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
-    if !broker.transactions.claim(half_offset, op_end) {
-        return false;
-    }
-    match op_record(broker, half_offset, now_ms) {
-        Ok(record) => records.push(record),
-        Err(error) => {
-            broker.transactions.abandoned(half_offset);
-            tracing::error!(half_offset, %error, "cannot build a transaction op record");
-            return false;
-        }
-    }
-    match stored::append(&broker.store, records).await {
-        Ok(outcome) => {
-            let op_offset = outcome.entries.last().map_or(0, |e| e.queue_offset);
-            let op_end = broker.store.bounds(OP_TOPIC, 0).max_offset;
-            broker.transactions.decided(half_offset, op_offset, op_end);
-            true
-        }
-        Err(error) => {
-            broker.transactions.abandoned(half_offset);
-            tracing::warn!(half_offset, %error, "writing a transaction decision failed; next round tries again");
-            false
-        }
     }
 }
 
@@ -230,13 +313,11 @@ fn discarded_record(broker: &Broker, half: &StoredMessage) -> Result<Record, Str
     stored::record_of(&message)
 }
 
-/// Sends CHECK_TRANSACTION_STATE for `half` to one connection of its producer group, as
-/// RocketMQ's `sendCheckMessage`: the header names the half, the body is the message with its
-/// real topic and queue. False when no producer of the group is connected.
-fn send_check(broker: &Broker, half: &StoredMessage) -> bool {
-    let Some(group) = half.property(property::PRODUCER_GROUP) else {
-        return false;
-    };
+/// CHECK_TRANSACTION_STATE for `half`, to one connection of its producer group, as RocketMQ's
+/// `sendCheckMessage`: the header names the half, the body is the message with its real topic
+/// and queue. None when no producer of the group is connected.
+fn check_request(broker: &Broker, half: &StoredMessage) -> Option<(Connection, Command)> {
+    let group = half.property(property::PRODUCER_GROUP)?;
     let producers: Vec<_> = broker
         .clients
         .producers(&group)
@@ -245,12 +326,10 @@ fn send_check(broker: &Broker, half: &StoredMessage) -> bool {
         .collect();
     if producers.is_empty() {
         tracing::warn!(%group, "no producer of the group is connected to check a transaction");
-        return false;
+        return None;
     }
     let (_, connection) = &producers[half.queue_offset as usize % producers.len()];
-    let Ok((topic, queue_id)) = real_queue(half) else {
-        return false;
-    };
+    let (topic, queue_id) = real_queue(half).ok()?;
     let uniq = half.property(property::UNIQ_KEY);
     let header = CheckTransactionStateRequestHeader {
         topic: HALF_TOPIC.to_string(),
@@ -267,10 +346,10 @@ fn send_check(broker: &Broker, half: &StoredMessage) -> bool {
     let mut body = Vec::with_capacity(message.encoded_len());
     if let Err(error) = message.encode(&mut body) {
         tracing::error!(%error, "cannot encode a half message for its check");
-        return false;
+        return None;
     }
     let request = Command::request(request_code::CHECK_TRANSACTION_STATE, Encoding::Json)
         .with_ext(header.to_ext())
         .with_body(body);
-    connection.send_oneway(request)
+    Some((connection.clone(), request))
 }

@@ -26,17 +26,14 @@
 //! which later halves are decided.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use quiver_store::{ReadStatus, Record, Store};
 use quiver_wire::code::request_code;
 use quiver_wire::header::CheckTransactionStateRequestHeader;
 use quiver_wire::message::{property, sys_flag, StoredMessage};
 use quiver_wire::{Command, Encoding};
-use tokio::sync::watch;
 
-use crate::clock::now_ms;
 use crate::offsets::ConsumerOffsets;
 use crate::state::Broker;
 use crate::stored;
@@ -44,7 +41,7 @@ use crate::topic::{topic_config, PERM_READ, PERM_WRITE};
 
 mod check;
 
-pub use check::{check_round, run, CheckReport};
+pub use check::{check_round, CheckReport, TransactionCheck};
 
 pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
 pub const OP_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
