@@ -13,7 +13,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::code::untruncate_pop_code;
-use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode, FLAG_RESPONSE};
+use crate::command::{Command, Encoding, LanguageCode, FLAG_RESPONSE};
+use crate::ext::ExtFields;
+use crate::frame_error::FrameError;
 
 /// code + language + version + opaque + flag + remark length + ext length.
 const FIXED_BYTES: usize = 2 + 1 + 2 + 4 + 4 + 4 + 4;

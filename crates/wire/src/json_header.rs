@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
 
-use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode};
+use crate::command::{Command, Encoding, LanguageCode};
+use crate::ext::ExtFields;
+use crate::frame_error::FrameError;
 
 fn bad(reason: impl Into<String>) -> FrameError {
     FrameError::BadJsonHeader(reason.into())
