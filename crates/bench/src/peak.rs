@@ -7,11 +7,10 @@
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use crate::plan::Plan;
-use crate::point::{self, PointRecord, PointSettings};
-use crate::sweep::{duration_words, table, Progress, StudyRecord};
+use crate::point::{self, PointSettings};
+use crate::progress::{duration_words, Progress};
+use crate::study::{table, PeakVerdict, PointRecord, StudyRecord};
 use crate::{write_json, BenchError};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -66,24 +65,6 @@ fn percent(text: &str) -> Result<f64, String> {
         Ok(value) if value.is_finite() && (0.0..=1000.0).contains(&value) => Ok(value),
         _ => Err(format!("{text:?} is not a percentage from 0 to 1000")),
     }
-}
-
-/// The conclusion of a peak search, in figures and in words.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PeakVerdict {
-    pub peak_threads: u32,
-    /// Messages per second over the measured part of the peak step.
-    pub peak_tps: f64,
-    pub peak_mean_rt_ms: f64,
-    pub peak_p99_ms: f64,
-    pub knee_threads: u32,
-    pub knee_tps: f64,
-    pub knee_mean_rt_ms: f64,
-    /// The daily load to plan for: a third to a half of the peak (seed 000's rule).
-    pub plan_low_tps: f64,
-    pub plan_high_tps: f64,
-    pub stopped_because: String,
-    pub words: Vec<String>,
 }
 
 /// The rules that end a search, as given on the command line.

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, Counters, Goal, MeasureStart, ProduceInterval, Summary};
+use crate::report::{progress, Counters, Goal, MeasureStart, Print, ProduceInterval, Summary};
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{write_json, BenchError, OutputStyle, ProduceArgs};
 
@@ -213,7 +213,8 @@ pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
         println!("Wrote {}", path.display());
     }
     if let Some(path) = &args.run.html {
-        let page = crate::pages::produce_page(&args, &machine, &outcome);
+        let page =
+            crate::pages::produce_page(&args, &machine, &outcome.intervals, &outcome.summary);
         crate::html::write(path, &page)?;
         println!("Wrote {}", path.display());
     }
@@ -243,14 +244,6 @@ fn pulsar_summary(summary: &Summary) -> Vec<String> {
         summary.disk.line(),
         summary.steal.line(),
     ]
-}
-
-/// Whether a run prints its header and a line per interval (`bench produce`) or nothing (a
-/// point of a sweep, which prints its own progress).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Print {
-    Lines(OutputStyle),
-    Quiet,
 }
 
 /// Creates the producers, runs the senders until the goal or Ctrl-C, and returns what was

@@ -9,6 +9,15 @@ use crate::disk::{DiskFigures, DiskSample};
 use crate::histogram::Percentiles;
 use crate::machine::process_cpu_s;
 use crate::steal::{StealFigures, StealMark};
+use crate::OutputStyle;
+
+/// Whether a run prints its header and a line per interval (`bench produce`) or nothing (a
+/// point of a sweep, which prints its own progress).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Print {
+    Lines(OutputStyle),
+    Quiet,
+}
 
 /// Cumulative counts kept by the senders or the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
