@@ -1,11 +1,11 @@
-//! What a study prints while it runs: the point under way and the time left, and each finished
-//! point's figures.
+//! What a study prints: while it runs, the point under way and the time left, and each finished
+//! point's figures; at its end, the table of its points and its verdict.
 
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
 use crate::plan::Scenario;
-use crate::study::PointRecord;
+use crate::study::{table, PointRecord, StudyRecord};
 
 /// `1h 12m`, `3m 20s`, `45s`.
 pub fn duration_words(seconds: f64) -> String {
@@ -101,6 +101,19 @@ pub fn progress_line(index: usize, total: usize, name: &str, left_s: f64) -> Str
         index + 1,
         duration_words(left_s)
     )
+}
+
+/// The table of the study's points, then its verdict's words.
+pub fn print_findings(record: &StudyRecord) {
+    for line in table(&record.points) {
+        println!("{line}");
+    }
+    if let Some(verdict) = &record.peak {
+        println!();
+        for line in &verdict.words {
+            println!("{line}");
+        }
+    }
 }
 
 #[cfg(test)]

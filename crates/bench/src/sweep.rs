@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use crate::plan::{Plan, SweepArgs};
+use crate::plan::{Plan, Scenario, SweepArgs};
 use crate::point::{self, PointSettings};
-use crate::progress::{duration_words, Progress};
-use crate::study::{table, StudyRecord};
+use crate::progress::{duration_words, print_findings, Progress};
+use crate::study::StudyRecord;
 use crate::{read_json, write_json, BenchError};
 
 pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
@@ -22,15 +22,7 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
             plan.clone(),
         ),
     };
-    let settings = PointSettings {
-        namesrv: args.namesrv.clone(),
-        topic_prefix: plan.topic.clone(),
-        warmup_s: plan.warmup_s,
-        duration_s: plan.duration_s,
-        report_interval_s: args.report_interval,
-        send_timeout_ms: args.send_timeout_ms,
-        broker_pid: args.broker_pid,
-    };
+    let settings = point_settings(&args, &plan);
     let done = record.points.len();
     println!(
         "quiver bench sweep: {} points of {}s + {}s warm-up against {} ({}), about {}{}",
@@ -46,36 +38,10 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
             String::new()
         }
     );
-    let mut progress = Progress::new(scenarios.len(), plan.warmup_s + plan.duration_s);
-    let machine = record.machine.clone();
-    let mut interrupted = false;
-    let signalled = crate::schedule::Interrupt::get();
-    for (index, scenario) in scenarios.iter().enumerate().skip(done) {
-        if signalled.is_set() {
-            interrupted = true;
-            break;
-        }
-        progress.start(index, scenario);
-        let Some(point) = point::run(&settings, scenario, &machine).await? else {
-            interrupted = true;
-            break;
-        };
-        progress.finish(index, &point);
-        record.points.push(point);
-        save(&args, &record)?;
-    }
-    progress.clear();
+    let interrupted = run_points_left(&args, &settings, &scenarios, &mut record).await?;
     record.peak = crate::peak::sweep_verdict(&record.points);
     save(&args, &record)?;
-    for line in table(&record.points) {
-        println!("{line}");
-    }
-    if let Some(verdict) = &record.peak {
-        println!();
-        for line in &verdict.words {
-            println!("{line}");
-        }
-    }
+    print_findings(&record);
     if let Some(path) = &args.json {
         println!("Wrote {}", path.display());
     }
@@ -87,6 +53,49 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
         });
     }
     Ok(())
+}
+
+fn point_settings(args: &SweepArgs, plan: &Plan) -> PointSettings {
+    PointSettings {
+        namesrv: args.namesrv.clone(),
+        topic_prefix: plan.topic.clone(),
+        warmup_s: plan.warmup_s,
+        duration_s: plan.duration_s,
+        report_interval_s: args.report_interval,
+        send_timeout_ms: args.send_timeout_ms,
+        broker_pid: args.broker_pid,
+    }
+}
+
+/// Runs the points `record` does not hold yet, saving it after each; true when Ctrl-C stopped
+/// them before the last.
+async fn run_points_left(
+    args: &SweepArgs,
+    settings: &PointSettings,
+    scenarios: &[Scenario],
+    record: &mut StudyRecord,
+) -> Result<bool, BenchError> {
+    let done = record.points.len();
+    let mut progress = Progress::new(scenarios.len(), settings.warmup_s + settings.duration_s);
+    let machine = record.machine.clone();
+    let mut interrupted = false;
+    let signalled = crate::schedule::Interrupt::get();
+    for (index, scenario) in scenarios.iter().enumerate().skip(done) {
+        if signalled.is_set() {
+            interrupted = true;
+            break;
+        }
+        progress.start(index, scenario);
+        let Some(point) = point::run(settings, scenario, &machine).await? else {
+            interrupted = true;
+            break;
+        };
+        progress.finish(index, &point);
+        record.points.push(point);
+        save(args, record)?;
+    }
+    progress.clear();
+    Ok(interrupted)
 }
 
 fn save(args: &SweepArgs, record: &StudyRecord) -> Result<(), BenchError> {
