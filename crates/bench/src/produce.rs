@@ -15,9 +15,11 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, Counters, Goal, MeasureStart, Print, ProduceInterval, Summary};
+use crate::report::{
+    progress, Counters, Goal, MeasureStart, OutputStyle, Print, ProduceInterval, Summary,
+};
 use crate::schedule::{wait_until, Schedule, Stop};
-use crate::{write_json, BenchError, OutputStyle, ProduceArgs};
+use crate::{write_json, BenchError, ProduceArgs};
 
 /// How long the run waits for sends still in flight after it stopped, beyond the send timeout
 /// that bounds each of them.

@@ -9,7 +9,18 @@ use crate::disk::{DiskFigures, DiskSample};
 use crate::histogram::Percentiles;
 use crate::machine::process_cpu_s;
 use crate::steal::{StealFigures, StealMark};
-use crate::OutputStyle;
+
+/// How `bench produce` prints its interval and summary lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStyle {
+    /// RocketMQ's benchmark Producer fields, then percentiles and MB/s.
+    #[default]
+    Rocketmq,
+    /// pulsar-perf's `Throughput produced: ... msg/s --- ... Mbit/s --- failure ... ---
+    /// Latency: mean: ...` lines.
+    Pulsar,
+}
 
 /// Whether a run prints its header and a line per interval (`bench produce`) or nothing (a
 /// point of a sweep, which prints its own progress).
