@@ -9,8 +9,7 @@ use serde::Serialize;
 
 use crate::html::{Chart, Page, Section, Table};
 use crate::plan::Scenario;
-use crate::point::PointRecord;
-use crate::sweep::StudyRecord;
+use crate::study::{PointRecord, StudyRecord};
 use crate::{read_json, write_json, BenchError};
 
 #[derive(Debug, Clone, clap::Args)]

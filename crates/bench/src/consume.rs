@@ -109,22 +109,8 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
     let namesrv = &args.run.namesrv;
     let client = Client::new(ClientConfig::new(namesrv))?;
     let tally = Arc::new(Tally::new(args.run.messages));
-    let mut config = PushConsumerConfig::new(&args.group, &args.topic);
-    config.expression = args.expression.clone();
-    config.consume_from = if args.from == "first" {
-        ConsumeFrom::FirstOffset
-    } else {
-        ConsumeFrom::LastOffset
-    };
-    let consumer = if args.pop {
-        Consumer::Pop(start_pop_consumers(&args, client, &tally).await?)
-    } else {
-        Consumer::Push(start_consumer(client, config, &tally, namesrv).await?)
-    };
-    let assigned = match &consumer {
-        Consumer::Push(push) => format!("{} queue(s) assigned", push.assigned().len()),
-        Consumer::Pop(pops) => format!("popping with {} consumer(s)", pops.len()),
-    };
+    let consumer = Consumer::start(&args, client, &tally).await?;
+    let assigned = consumer.assigned();
     println!(
         "quiver bench consume: topic {}, group {}, expression {}, {assigned}, name server {}\n\
          S2C comes from millisecond timestamps (0.001 ms means under 1 ms), and so does B2C except for \
@@ -147,18 +133,7 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
         println!("{line}");
     }
     println!("S2C: mean {:.3} ms, {}", s2c.mean_ms, s2c.line());
-    match consumer {
-        Consumer::Push(push) => {
-            if let Err(error) = push.shutdown().await {
-                eprintln!("quiver bench: committing offsets at the end failed: {error}");
-            }
-        }
-        Consumer::Pop(pops) => {
-            for pop in pops {
-                pop.shutdown().await;
-            }
-        }
-    }
+    consumer.shutdown().await;
     if let Some(path) = &args.run.json {
         let record = Record {
             tool: "quiver bench consume",
@@ -185,6 +160,50 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
 enum Consumer {
     Push(PushConsumer),
     Pop(Vec<PopConsumer>),
+}
+
+impl Consumer {
+    async fn start(
+        args: &ConsumeArgs,
+        client: Client,
+        tally: &Arc<Tally>,
+    ) -> Result<Consumer, BenchError> {
+        let mut config = PushConsumerConfig::new(&args.group, &args.topic);
+        config.expression = args.expression.clone();
+        config.consume_from = if args.from == "first" {
+            ConsumeFrom::FirstOffset
+        } else {
+            ConsumeFrom::LastOffset
+        };
+        Ok(if args.pop {
+            Consumer::Pop(start_pop_consumers(args, client, tally).await?)
+        } else {
+            Consumer::Push(start_consumer(client, config, tally, &args.run.namesrv).await?)
+        })
+    }
+
+    /// What the first line says the consumer got.
+    fn assigned(&self) -> String {
+        match self {
+            Consumer::Push(push) => format!("{} queue(s) assigned", push.assigned().len()),
+            Consumer::Pop(pops) => format!("popping with {} consumer(s)", pops.len()),
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Consumer::Push(push) => {
+                if let Err(error) = push.shutdown().await {
+                    eprintln!("quiver bench: committing offsets at the end failed: {error}");
+                }
+            }
+            Consumer::Pop(pops) => {
+                for pop in pops {
+                    pop.shutdown().await;
+                }
+            }
+        }
+    }
 }
 
 /// `--pop`: the group switched to POP on every master of the topic, and `--pop-consumers`

@@ -322,6 +322,17 @@ fn svg(chart: &Chart) -> String {
         escape(&chart.title),
         escape(&chart.title)
     );
+    draw_grid(&mut svg, chart, &x, &y);
+    draw_axes(&mut svg, chart);
+    for (index, series) in chart.series.iter().enumerate() {
+        draw_series(&mut svg, index, series, &x, &y);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// A grid line and a label at every tick of both axes.
+fn draw_grid(svg: &mut String, chart: &Chart, x: &Axis, y: &Axis) {
     let x_ticks = chart.x_ticks.clone().unwrap_or_else(|| x.ticks());
     for (value, label) in x_ticks.iter().filter(|(v, _)| x.usable(*v)) {
         let px = x.px(*value);
@@ -346,6 +357,10 @@ fn svg(chart: &Chart) -> String {
             escape(&label)
         );
     }
+}
+
+/// The two axis lines and their labels.
+fn draw_axes(svg: &mut String, chart: &Chart) {
     let _ = write!(
         svg,
         "<line class=\"axis\" x1=\"{LEFT}\" y1=\"{0:.1}\" x2=\"{1:.1}\" y2=\"{0:.1}\"/>\
@@ -360,53 +375,54 @@ fn svg(chart: &Chart) -> String {
         (TOP + HEIGHT - BOTTOM) / 2.0,
         escape(&chart.y_label)
     );
-    for (index, series) in chart.series.iter().enumerate() {
-        let color = COLORS[index % COLORS.len()];
-        let points: Vec<(f64, f64)> = series
-            .points
+}
+
+/// One series: its line, its markers when sparse, and its legend entry, in the `index`th
+/// color.
+fn draw_series(svg: &mut String, index: usize, series: &Series, x: &Axis, y: &Axis) {
+    let color = COLORS[index % COLORS.len()];
+    let points: Vec<(f64, f64)> = series
+        .points
+        .iter()
+        .filter(|(px, py)| x.usable(*px) && y.usable(*py))
+        .map(|(px, py)| (x.px(*px), y.px(*py)))
+        .collect();
+    if points.len() > 1 {
+        let path: Vec<String> = points
             .iter()
-            .filter(|(px, py)| x.usable(*px) && y.usable(*py))
-            .map(|(px, py)| (x.px(*px), y.px(*py)))
+            .map(|(px, py)| format!("{px:.1},{py:.1}"))
             .collect();
-        if points.len() > 1 {
-            let path: Vec<String> = points
-                .iter()
-                .map(|(px, py)| format!("{px:.1},{py:.1}"))
-                .collect();
-            let _ = write!(
-                svg,
-                "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.8\" points=\"{}\"/>",
-                path.join(" ")
-            );
-        }
-        // Markers for sparse series (a sweep's points), none for long time series.
-        if points.len() <= 40 {
-            for (px, py) in &points {
-                let _ = write!(
-                    svg,
-                    "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"2.5\" fill=\"{color}\"/>"
-                );
-            }
-        }
-        let legend_y = TOP + 14.0 * index as f64;
-        let mut shown: String = series.name.chars().take(LEGEND_CHARS_MAX).collect();
-        if shown.len() < series.name.len() {
-            shown.push('…');
-        }
         let _ = write!(
             svg,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{color}\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\"><title>{}</title>{}</text>",
-            WIDTH - RIGHT + 10.0,
-            legend_y,
-            WIDTH - RIGHT + 25.0,
-            legend_y + 9.0,
-            escape(&series.name),
-            escape(&shown)
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.8\" points=\"{}\"/>",
+            path.join(" ")
         );
     }
-    svg.push_str("</svg>\n");
-    svg
+    // Markers for sparse series (a sweep's points), none for long time series.
+    if points.len() <= 40 {
+        for (px, py) in &points {
+            let _ = write!(
+                svg,
+                "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"2.5\" fill=\"{color}\"/>"
+            );
+        }
+    }
+    let legend_y = TOP + 14.0 * index as f64;
+    let mut shown: String = series.name.chars().take(LEGEND_CHARS_MAX).collect();
+    if shown.len() < series.name.len() {
+        shown.push('…');
+    }
+    let _ = write!(
+        svg,
+        "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{color}\"/>\
+         <text x=\"{:.1}\" y=\"{:.1}\"><title>{}</title>{}</text>",
+        WIDTH - RIGHT + 10.0,
+        legend_y,
+        WIDTH - RIGHT + 25.0,
+        legend_y + 9.0,
+        escape(&series.name),
+        escape(&shown)
+    );
 }
 
 /// x positions for a latency percentile curve: "nines" (p50 at 0.3, p90 at 1, p99 at 2 ...),

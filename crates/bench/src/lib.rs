@@ -20,10 +20,12 @@ mod peak;
 mod plan;
 mod point;
 mod produce;
+mod progress;
 mod report;
 mod schedule;
 mod soak;
 mod steal;
+mod study;
 mod sweep;
 mod ticker;
 mod topic;
@@ -36,7 +38,9 @@ use serde::Serialize;
 pub use disk::{DiskFigures, DiskSample};
 pub use histogram::{Percentiles, Recorder};
 pub use machine::Machine;
-pub use report::{ConsumeInterval, Counters, Goal, ProduceInterval, Summary, Throughput};
+pub use report::{
+    ConsumeInterval, Counters, Goal, OutputStyle, ProduceInterval, Summary, Throughput,
+};
 pub use steal::StealFigures;
 
 #[derive(Debug, clap::Subcommand)]
@@ -55,18 +59,6 @@ pub enum BenchCommand {
     Compare(compare::CompareArgs),
     /// Produce and consume together for a long time and account for every message.
     Soak(soak::SoakArgs),
-}
-
-/// How `bench produce` prints its interval and summary lines.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputStyle {
-    /// RocketMQ's benchmark Producer fields, then percentiles and MB/s.
-    #[default]
-    Rocketmq,
-    /// pulsar-perf's `Throughput produced: ... msg/s --- ... Mbit/s --- failure ... ---
-    /// Latency: mean: ...` lines.
-    Pulsar,
 }
 
 /// Options shared by both commands.

@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::html::{nines, nines_ticks, Chart, Page, Section};
 use crate::machine::Machine;
-use crate::point::PointRecord;
-use crate::produce::ProduceOutcome;
-use crate::report::{ConsumeInterval, ProduceInterval};
-use crate::sweep::{disk_notes, study_table, StudyRecord};
+use crate::report::{ConsumeInterval, ProduceInterval, Summary};
+use crate::study::{disk_notes, study_table, PointRecord, StudyRecord};
 use crate::{Percentiles, ProduceArgs};
 
 /// The points of a latency percentile curve, x in "nines".
@@ -53,8 +51,12 @@ fn machine_line(machine: &Machine) -> String {
     format!("Machine: {}.", machine.line())
 }
 
-pub fn produce_page(args: &ProduceArgs, machine: &Machine, outcome: &ProduceOutcome) -> Page {
-    let summary = &outcome.summary;
+pub fn produce_page(
+    args: &ProduceArgs,
+    machine: &Machine,
+    intervals: &[ProduceInterval],
+    summary: &Summary,
+) -> Page {
     let mut paragraphs = vec![
         format!(
             "Topic {}, {} senders over {} producer(s), {} B bodies, name server {}.",
@@ -63,7 +65,7 @@ pub fn produce_page(args: &ProduceArgs, machine: &Machine, outcome: &ProduceOutc
         machine_line(machine),
     ];
     paragraphs.extend(summary.lines("Send RT"));
-    let (tps, p99) = over_time(&outcome.intervals, 0.0);
+    let (tps, p99) = over_time(intervals, 0.0);
     Page {
         title: format!("quiver bench produce: {}", args.topic),
         sections: vec![Section {

@@ -7,11 +7,11 @@
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use crate::plan::Plan;
-use crate::point::{self, PointRecord, PointSettings};
-use crate::sweep::{duration_words, table, Progress, StudyRecord};
+use crate::plan::Scenario;
+use crate::point::{self, PointSettings};
+use crate::progress::{duration_words, print_findings, Progress};
+use crate::study::{PeakVerdict, PointRecord, StudyRecord};
 use crate::{write_json, BenchError};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -66,24 +66,6 @@ fn percent(text: &str) -> Result<f64, String> {
         Ok(value) if value.is_finite() && (0.0..=1000.0).contains(&value) => Ok(value),
         _ => Err(format!("{text:?} is not a percentage from 0 to 1000")),
     }
-}
-
-/// The conclusion of a peak search, in figures and in words.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PeakVerdict {
-    pub peak_threads: u32,
-    /// Messages per second over the measured part of the peak step.
-    pub peak_tps: f64,
-    pub peak_mean_rt_ms: f64,
-    pub peak_p99_ms: f64,
-    pub knee_threads: u32,
-    pub knee_tps: f64,
-    pub knee_mean_rt_ms: f64,
-    /// The daily load to plan for: a third to a half of the peak (seed 000's rule).
-    pub plan_low_tps: f64,
-    pub plan_high_tps: f64,
-    pub stopped_because: String,
-    pub words: Vec<String>,
 }
 
 /// The rules that end a search, as given on the command line.
@@ -159,21 +141,44 @@ fn knee_index(steps: &[PointRecord]) -> Option<usize> {
     (highest >= KNEE_MIN_LIFT).then_some(index)
 }
 
+/// The step of highest throughput among those that are a load to run at, or among all steps
+/// when none is; None without a step.
+fn best(points: &[PointRecord], rules: StopRules) -> Option<&PointRecord> {
+    // A step with failures or past the latency limit is not a load to run at.
+    let healthy = |point: &&PointRecord| {
+        point.failed == 0 && point.summary.latency.p99_ms <= rules.p99_limit_ms
+    };
+    points
+        .iter()
+        .filter(healthy)
+        .max_by(|a, b| tps(a).total_cmp(&tps(b)))
+        .or_else(|| points.iter().max_by(|a, b| tps(a).total_cmp(&tps(b))))
+}
+
+/// The verdict's sentence on the knee; `reached` false when the peak came before any knee.
+fn knee_words(knee: &PointRecord, reached: bool) -> String {
+    if reached {
+        format!(
+            "Knee: {} senders ({:.0} msg/s, mean RT {:.3} ms); up to it added senders raised throughput most, past it they mostly wait and latency climbs faster than throughput.",
+            knee.scenario.threads,
+            tps(knee),
+            knee.average_rt_ms
+        )
+    } else {
+        format!(
+            "Knee: not reached; up to the peak at {} senders throughput rose about in step with the senders.",
+            knee.scenario.threads
+        )
+    }
+}
+
 /// The peak, the knee and the plan from the steps run; None without a step.
 pub fn verdict(
     points: &[PointRecord],
     rules: StopRules,
     stopped_because: &str,
 ) -> Option<PeakVerdict> {
-    // A step with failures or past the latency limit is not a load to run at.
-    let healthy = |point: &&PointRecord| {
-        point.failed == 0 && point.summary.latency.p99_ms <= rules.p99_limit_ms
-    };
-    let peak = points
-        .iter()
-        .filter(healthy)
-        .max_by(|a, b| tps(a).total_cmp(&tps(b)))
-        .or_else(|| points.iter().max_by(|a, b| tps(a).total_cmp(&tps(b))))?;
+    let peak = best(points, rules)?;
     // The knee is read from the steps up to the peak: normalise senders and throughput to
     // [0, 1] between the first step and the peak; the knee is the step farthest above the
     // straight line between them (Satopää et al.'s "Kneedle"). Up to it each added sender
@@ -186,18 +191,6 @@ pub fn verdict(
         .unwrap_or(points.len() - 1);
     let knee_index = knee_index(&points[..=peak_index]);
     let knee = &points[knee_index.unwrap_or(peak_index)];
-    let knee_words = match knee_index {
-        Some(_) => format!(
-            "Knee: {} senders ({:.0} msg/s, mean RT {:.3} ms); up to it added senders raised throughput most, past it they mostly wait and latency climbs faster than throughput.",
-            knee.scenario.threads,
-            tps(knee),
-            knee.average_rt_ms
-        ),
-        None => format!(
-            "Knee: not reached; up to the peak at {} senders throughput rose about in step with the senders.",
-            knee.scenario.threads
-        ),
-    };
     let mut words = vec![
         format!(
             "Peak: {:.0} msg/s at {} senders (mean send RT {:.3} ms, p99 {:.3} ms).",
@@ -206,7 +199,7 @@ pub fn verdict(
             peak.average_rt_ms,
             peak.summary.latency.p99_ms
         ),
-        knee_words,
+        knee_words(knee, knee_index.is_some()),
         format!(
             "Plan daily traffic at {:.0} to {:.0} msg/s, a third to a half of the peak, which leaves room for bursts of two to three times that.",
             tps(peak) / 3.0,
@@ -242,14 +235,7 @@ pub fn sweep_verdict(points: &[PointRecord]) -> Option<PeakVerdict> {
         gain_min_percent: 0.0,
         p99_limit_ms: SWEEP_P99_LIMIT_MS,
     };
-    let healthy = |point: &&PointRecord| {
-        point.failed == 0 && point.summary.latency.p99_ms <= rules.p99_limit_ms
-    };
-    let best = points
-        .iter()
-        .filter(healthy)
-        .max_by(|a, b| tps(a).total_cmp(&tps(b)))
-        .or_else(|| points.iter().max_by(|a, b| tps(a).total_cmp(&tps(b))))?;
+    let best = best(points, rules)?;
     let same_family = |point: &&PointRecord| {
         let mut scenario = point.scenario.clone();
         scenario.threads = best.scenario.threads;
@@ -279,31 +265,12 @@ pub fn sweep_verdict(points: &[PointRecord]) -> Option<PeakVerdict> {
 }
 
 pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
-    let plan = Plan {
-        threads: args.threads.clone(),
-        sizes: vec![args.size],
-        queues: vec![args.queues],
-        batch: vec![args.batch],
-        rates: vec![None],
-        producers: vec![args.producers],
-        consumers: 0,
-        warmup_s: args.warmup,
-        duration_s: args.duration,
-        topic: args.topic.clone(),
-    };
+    let plan = args.plan();
     let rules = StopRules {
         gain_min_percent: args.gain_min_percent,
         p99_limit_ms: args.p99_limit_ms,
     };
-    let settings = PointSettings {
-        namesrv: args.namesrv.clone(),
-        topic_prefix: args.topic.clone(),
-        warmup_s: args.warmup,
-        duration_s: args.duration,
-        report_interval_s: args.report_interval,
-        send_timeout_ms: args.send_timeout_ms,
-        broker_pid: args.broker_pid,
-    };
+    let settings = args.point_settings();
     let scenarios = plan.scenarios();
     println!(
         "quiver bench peak: up to {} steps of {}s + {}s warm-up against {} ({}), at most {}; stops under {}% gain, on failures or p99 over {} ms",
@@ -317,8 +284,60 @@ pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
         args.p99_limit_ms
     );
     let mut record = StudyRecord::new("quiver bench peak", &args.label, &args.namesrv, plan);
+    let stopped_because = climb(&settings, &scenarios, rules, &mut record).await?;
+    record.peak = verdict(&record.points, rules, &stopped_because);
+    print_findings(&record);
+    if let Some(path) = &args.json {
+        write_json(path, &record)?;
+        println!("Wrote {}", path.display());
+    }
+    if let Some(path) = &args.html {
+        crate::html::write(path, &crate::pages::study_page(&record))?;
+        println!("Wrote {}", path.display());
+    }
+    Ok(())
+}
+
+impl PeakArgs {
+    /// One scenario per sender count, everything else fixed.
+    fn plan(&self) -> Plan {
+        Plan {
+            threads: self.threads.clone(),
+            sizes: vec![self.size],
+            queues: vec![self.queues],
+            batch: vec![self.batch],
+            rates: vec![None],
+            producers: vec![self.producers],
+            consumers: 0,
+            warmup_s: self.warmup,
+            duration_s: self.duration,
+            topic: self.topic.clone(),
+        }
+    }
+
+    fn point_settings(&self) -> PointSettings {
+        PointSettings {
+            namesrv: self.namesrv.clone(),
+            topic_prefix: self.topic.clone(),
+            warmup_s: self.warmup,
+            duration_s: self.duration,
+            report_interval_s: self.report_interval,
+            send_timeout_ms: self.send_timeout_ms,
+            broker_pid: self.broker_pid,
+        }
+    }
+}
+
+/// Runs the steps in order into `record` until a stop rule ends the search or Ctrl-C does;
+/// returns why it stopped.
+async fn climb(
+    settings: &PointSettings,
+    scenarios: &[Scenario],
+    rules: StopRules,
+    record: &mut StudyRecord,
+) -> Result<String, BenchError> {
     let machine = record.machine.clone();
-    let mut progress = Progress::new(scenarios.len(), args.warmup + args.duration);
+    let mut progress = Progress::new(scenarios.len(), settings.warmup_s + settings.duration_s);
     let mut stopped_because = format!(
         "every step in --threads ran ({} senders at most)",
         scenarios.last().map_or(0, |s| s.threads)
@@ -330,7 +349,7 @@ pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
             break;
         }
         progress.start(index, scenario);
-        let Some(point) = point::run(&settings, scenario, &machine).await? else {
+        let Some(point) = point::run(settings, scenario, &machine).await? else {
             stopped_because = "it was interrupted".into();
             break;
         };
@@ -342,25 +361,7 @@ pub async fn run(args: PeakArgs) -> Result<(), BenchError> {
         }
     }
     progress.clear();
-    record.peak = verdict(&record.points, rules, &stopped_because);
-    for line in table(&record.points) {
-        println!("{line}");
-    }
-    if let Some(verdict) = &record.peak {
-        println!();
-        for line in &verdict.words {
-            println!("{line}");
-        }
-    }
-    if let Some(path) = &args.json {
-        write_json(path, &record)?;
-        println!("Wrote {}", path.display());
-    }
-    if let Some(path) = &args.html {
-        crate::html::write(path, &crate::pages::study_page(&record))?;
-        println!("Wrote {}", path.display());
-    }
-    Ok(())
+    Ok(stopped_because)
 }
 
 /// A scenario of a peak search at `threads` senders, for tests elsewhere.

@@ -1,22 +1,22 @@
 //! One point of a sweep or a peak search: the producers of a scenario for its warm-up and
 //! duration, with consumers alongside when the scenario has them, recorded as the seeds
-//! tabulate it.
+//! tabulate it (`study::PointRecord`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use quiver_client::{Client, ClientConfig, ConsumeFrom, PushConsumerConfig};
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::consume::{start_consumer, Tally};
 use crate::histogram::{new_histogram, Percentiles};
 use crate::machine::Machine;
 use crate::plan::Scenario;
-use crate::produce::{self, Print};
-use crate::report::{ConsumeInterval, Counters, ProduceInterval, Summary};
+use crate::produce;
+use crate::report::{ConsumeInterval, Counters, Print};
 use crate::schedule::Stop;
+use crate::study::{ConsumeRecord, PointRecord};
 use crate::{BenchError, ProduceArgs};
 
 /// How long a point waits after its producers stop for the consumers to catch up before it
@@ -34,61 +34,6 @@ pub struct PointSettings {
     pub report_interval_s: f64,
     pub send_timeout_ms: u64,
     pub broker_pid: Option<u32>,
-}
-
-/// One finished point, with the figures seed 000 reads off each scenario (max TPS, max and
-/// average RT, failures) and everything `produce` and `consume` record.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PointRecord {
-    pub scenario: Scenario,
-    pub topic: String,
-    /// The largest interval Send TPS after warm-up (the seeds' "max TPS").
-    pub max_tps: f64,
-    pub max_rt_ms: f64,
-    pub average_rt_ms: f64,
-    pub failed: u64,
-    pub summary: Summary,
-    pub intervals: Vec<ProduceInterval>,
-    pub consume: Option<ConsumeRecord>,
-}
-
-/// The consumers alongside a point's producers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ConsumeRecord {
-    /// Messages consumed per second over the measured part.
-    pub consume_tps: f64,
-    pub b2c: Percentiles,
-    pub s2c: Percentiles,
-    /// Messages sent during the point and not consumed when it ended.
-    pub lag_end: u64,
-    pub intervals: Vec<ConsumeInterval>,
-    /// Messages sent and not yet consumed at the end of each interval.
-    pub lag: Vec<u64>,
-}
-
-impl PointRecord {
-    /// The measured-part figures from a produce outcome.
-    fn new(
-        scenario: &Scenario,
-        topic: String,
-        intervals: Vec<ProduceInterval>,
-        summary: Summary,
-        consume: Option<ConsumeRecord>,
-    ) -> PointRecord {
-        let measured = intervals.iter().filter(|interval| !interval.warmup);
-        let max_tps = measured.clone().map(|i| i.send_tps).fold(0.0, f64::max);
-        PointRecord {
-            scenario: scenario.clone(),
-            topic,
-            max_tps,
-            max_rt_ms: summary.latency.max_ms,
-            average_rt_ms: summary.latency.mean_ms,
-            failed: summary.counters.send_failed + summary.counters.response_failed,
-            summary,
-            intervals,
-            consume,
-        }
-    }
 }
 
 /// Runs one point; None when it was interrupted (Ctrl-C): such a point is not recorded, so a
@@ -217,29 +162,6 @@ impl Consumers {
     }
 }
 
-impl ConsumeRecord {
-    /// Turns the cumulative consumed counts kept in `lag` into lag: messages the producers had
-    /// sent by then (from their intervals) minus messages consumed.
-    fn fill_lag(&mut self, produced: &[ProduceInterval], sent_total: u64) {
-        let consumed_total = self.lag.last().copied().unwrap_or(0);
-        let lag = self
-            .intervals
-            .iter()
-            .zip(&self.lag)
-            .map(|(interval, consumed)| {
-                let sent: u64 = produced
-                    .iter()
-                    .take_while(|p| p.elapsed_s <= interval.elapsed_s + 1e-3)
-                    .map(|p| p.messages)
-                    .sum();
-                sent.saturating_sub(*consumed)
-            })
-            .collect();
-        self.lag = lag;
-        self.lag_end = sent_total.saturating_sub(consumed_total);
-    }
-}
-
 impl Sampled {
     fn empty() -> Sampled {
         Sampled {
@@ -303,74 +225,5 @@ async fn sample(
             }
             return sampled;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn produced(elapsed_s: f64, messages: u64) -> ProduceInterval {
-        let delta = Counters {
-            messages,
-            ..Counters::default()
-        };
-        ProduceInterval::new(
-            elapsed_s,
-            1.0,
-            false,
-            &delta,
-            &delta,
-            Percentiles::default(),
-            0.0,
-        )
-    }
-
-    #[test]
-    fn lag_is_what_was_sent_by_each_sample_minus_what_was_consumed() {
-        let consumed_at = |elapsed_s: f64| {
-            ConsumeInterval::new(
-                elapsed_s,
-                1.0,
-                false,
-                &Counters::default(),
-                Percentiles::default(),
-                Percentiles::default(),
-            )
-        };
-        let mut record = ConsumeRecord {
-            consume_tps: 0.0,
-            b2c: Percentiles::default(),
-            s2c: Percentiles::default(),
-            lag_end: 0,
-            intervals: vec![consumed_at(1.0), consumed_at(2.0), consumed_at(2.5)],
-            lag: vec![80, 150, 300],
-        };
-        let producer = [produced(1.0, 100), produced(2.0, 100), produced(2.4, 100)];
-        record.fill_lag(&producer, 300);
-        assert_eq!(record.lag, vec![20, 50, 0]);
-        assert_eq!(record.lag_end, 0);
-        record.lag = vec![10, 20, 290];
-        record.fill_lag(&producer, 300);
-        assert_eq!(record.lag_end, 10);
-    }
-
-    #[test]
-    fn max_tps_leaves_out_the_warmup() {
-        let mut warm = produced(1.0, 9_000);
-        warm.warmup = true;
-        let intervals = vec![warm, produced(2.0, 500), produced(3.0, 700)];
-        let summary = Summary::new(2.0, Counters::default(), Percentiles::default(), 0.0, 3.0);
-        let scenario = Scenario {
-            threads: 1,
-            size: 1,
-            queues: 1,
-            batch: 1,
-            rate: None,
-            producers: 1,
-            consumers: 0,
-        };
-        let point = PointRecord::new(&scenario, "T1".into(), intervals, summary, None);
-        assert_eq!(point.max_tps, 700.0);
     }
 }

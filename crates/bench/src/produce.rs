@@ -15,9 +15,11 @@ use tokio::time::Instant;
 
 use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
-use crate::report::{progress, Counters, Goal, MeasureStart, ProduceInterval, Summary};
+use crate::report::{
+    progress, Counters, Goal, MeasureStart, OutputStyle, Print, ProduceInterval, Summary,
+};
 use crate::schedule::{wait_until, Schedule, Stop};
-use crate::{write_json, BenchError, OutputStyle, ProduceArgs};
+use crate::{write_json, BenchError, ProduceArgs};
 
 /// How long the run waits for sends still in flight after it stopped, beyond the send timeout
 /// that bounds each of them.
@@ -69,6 +71,39 @@ impl Pacer {
 }
 
 impl Shared {
+    /// `batchers` tasks run beside the senders; the run is done when all of them have ended.
+    fn new(
+        args: &ProduceArgs,
+        producers: Vec<Producer>,
+        start: Instant,
+        batchers: usize,
+    ) -> Shared {
+        Shared {
+            producers,
+            message: Message::new(args.topic.clone(), Bytes::from(body(args.size as usize))),
+            batch: args.batch as usize,
+            keys: args.keys,
+            recorder: Recorder::new(args.senders as usize),
+            messages: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            send_failed: AtomicU64::new(0),
+            response_failed: AtomicU64::new(0),
+            remaining: args
+                .run
+                .messages
+                .map(|n| AtomicI64::new(n.min(i64::MAX as u64) as i64)),
+            pacer: args.rate.map(|rate| Pacer {
+                start,
+                nanos_per_message: 1e9 / rate,
+                tickets: AtomicU64::new(0),
+            }),
+            stop: AtomicBool::new(false),
+            running: AtomicUsize::new(args.senders as usize + batchers),
+            all_done: Notify::new(),
+            send_timeout_ms: args.send_timeout_ms,
+        }
+    }
+
     fn producer(&self, task: usize) -> &Producer {
         &self.producers[task % self.producers.len()]
     }
@@ -213,7 +248,8 @@ pub async fn run(args: ProduceArgs) -> Result<(), BenchError> {
         println!("Wrote {}", path.display());
     }
     if let Some(path) = &args.run.html {
-        let page = crate::pages::produce_page(&args, &machine, &outcome);
+        let page =
+            crate::pages::produce_page(&args, &machine, &outcome.intervals, &outcome.summary);
         crate::html::write(path, &page)?;
         println!("Wrote {}", path.display());
     }
@@ -245,14 +281,6 @@ fn pulsar_summary(summary: &Summary) -> Vec<String> {
     ]
 }
 
-/// Whether a run prints its header and a line per interval (`bench produce`) or nothing (a
-/// point of a sweep, which prints its own progress).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Print {
-    Lines(OutputStyle),
-    Quiet,
-}
-
 /// Creates the producers, runs the senders until the goal or Ctrl-C, and returns what was
 /// measured; prints as `print` says.
 pub(crate) async fn measure(
@@ -264,6 +292,43 @@ pub(crate) async fn measure(
     // Every producer has at least one sender; the record shows the count that ran.
     args.producers = args.producers.min(args.senders);
     let cpu_at_start = process_cpu_s();
+    let producers = start_producers(&args, print).await?;
+    if print != Print::Quiet {
+        println!("{}", header(&args, machine));
+    }
+    let start = Instant::now();
+    let batching = args.batch_max_messages.map(|most| Batching {
+        most: most as usize,
+        delay: Duration::from_micros((args.batch_max_publish_delay_ms * 1e3) as u64),
+    });
+    // Batchers are tasks too: the run is done when senders and batchers have all ended.
+    let batchers = if batching.is_some() {
+        producers.len()
+    } else {
+        0
+    };
+    let shared = Arc::new(Shared::new(&args, producers, start, batchers));
+    let tasks = spawn_senders(&args, &shared, batching);
+    let goal = match (args.run.messages, args.run.duration) {
+        (Some(messages), _) => Goal::Messages(messages),
+        (None, Some(seconds)) => Goal::Seconds(args.run.warmup + seconds),
+        (None, None) => Goal::Forever,
+    };
+    let (intervals, summary, stopped_by) =
+        report_loop(&args, &shared, start, goal, cpu_at_start, print).await;
+    for task in tasks {
+        task.abort();
+    }
+    shut_down(&shared.producers).await;
+    Ok(ProduceOutcome {
+        intervals,
+        summary,
+        stopped_by,
+    })
+}
+
+/// The run's producers, each on a client of its own, once the topic is ready for them.
+async fn start_producers(args: &ProduceArgs, print: Print) -> Result<Vec<Producer>, BenchError> {
     let new_client = |index: u32| {
         let mut config = ClientConfig::new(&args.run.namesrv);
         config.request_timeout_ms = args.send_timeout_ms;
@@ -272,7 +337,7 @@ pub(crate) async fn measure(
         Client::new(config)
     };
     let client = new_client(0)?;
-    crate::topic::prepare(&client, &args, print).await?;
+    crate::topic::prepare(&client, args, print).await?;
     let mut producers = Vec::with_capacity(args.producers as usize);
     for index in 0..args.producers {
         let client = if index == 0 {
@@ -289,58 +354,13 @@ pub(crate) async fn measure(
             },
         ));
     }
-    if print != Print::Quiet {
-        println!("{}", header(&args, machine));
-    }
-    let start = Instant::now();
-    let batching = args.batch_max_messages.map(|most| Batching {
-        most: most as usize,
-        delay: Duration::from_micros((args.batch_max_publish_delay_ms * 1e3) as u64),
-    });
-    // Batchers are tasks too: the run is done when senders and batchers have all ended.
-    let batchers = if batching.is_some() {
-        producers.len()
-    } else {
-        0
-    };
-    let shared = Arc::new(Shared {
-        producers,
-        message: Message::new(args.topic.clone(), Bytes::from(body(args.size as usize))),
-        batch: args.batch as usize,
-        keys: args.keys,
-        recorder: Recorder::new(args.senders as usize),
-        messages: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        send_failed: AtomicU64::new(0),
-        response_failed: AtomicU64::new(0),
-        remaining: args
-            .run
-            .messages
-            .map(|n| AtomicI64::new(n.min(i64::MAX as u64) as i64)),
-        pacer: args.rate.map(|rate| Pacer {
-            start,
-            nanos_per_message: 1e9 / rate,
-            tickets: AtomicU64::new(0),
-        }),
-        stop: AtomicBool::new(false),
-        running: AtomicUsize::new(args.senders as usize + batchers),
-        all_done: Notify::new(),
-        send_timeout_ms: args.send_timeout_ms,
-    });
-    let tasks = spawn_senders(&args, &shared, batching);
-    let goal = match (args.run.messages, args.run.duration) {
-        (Some(messages), _) => Goal::Messages(messages),
-        (None, Some(seconds)) => Goal::Seconds(args.run.warmup + seconds),
-        (None, None) => Goal::Forever,
-    };
-    let (intervals, summary, stopped_by) =
-        report_loop(&args, &shared, start, goal, cpu_at_start, print).await;
-    for task in tasks {
-        task.abort();
-    }
-    // All at once: each tells every broker it leaves, which waits out a broker that is gone.
-    let leaving: Vec<_> = shared
-        .producers
+    Ok(producers)
+}
+
+/// Shuts the producers down all at once: each tells every broker it leaves, which waits out a
+/// broker that is gone.
+async fn shut_down(producers: &[Producer]) {
+    let leaving: Vec<_> = producers
         .iter()
         .map(|producer| {
             let producer = producer.clone();
@@ -350,11 +370,6 @@ pub(crate) async fn measure(
     for left in leaving {
         let _ = left.await;
     }
-    Ok(ProduceOutcome {
-        intervals,
-        summary,
-        stopped_by,
-    })
 }
 
 /// Client-side batching, as pulsar-perf's producer does it: a batch goes when it holds `most`
@@ -652,10 +667,7 @@ async fn report_loop(
     let mut stopped_by = None;
     loop {
         if stopped_by.is_none() {
-            stopped_by = wait_until(schedule.next_report_at(), &shared.all_done).await;
-            if stopped_by.is_none() && schedule.finished(Instant::now()) {
-                stopped_by = Some(Stop::Goal);
-            }
+            stopped_by = wait_for_report(&schedule, shared).await;
         }
         if stopped_by.is_some() {
             shared.stop.store(true, Ordering::Relaxed);
@@ -679,14 +691,8 @@ async fn report_loop(
         );
         phase_max_ms = line.max_rt_ms;
         if let Print::Lines(style) = print {
-            let text = match style {
-                OutputStyle::Rocketmq => line.line(),
-                OutputStyle::Pulsar => line.pulsar_line(),
-            };
-            println!(
-                "{} {text}",
-                progress(interval.elapsed_s, goal, counters.messages, interval.warmup),
-            );
+            let progress = progress(interval.elapsed_s, goal, counters.messages, interval.warmup);
+            print_interval(style, &progress, &line);
         }
         intervals.push(line);
         last = counters;
@@ -708,6 +714,24 @@ async fn report_loop(
             return (intervals, summary, stop);
         }
     }
+}
+
+/// Waits until the next report is due; why the run stopped, when it did (the goal or Ctrl-C).
+async fn wait_for_report(schedule: &Schedule, shared: &Shared) -> Option<Stop> {
+    let stopped_by = wait_until(schedule.next_report_at(), &shared.all_done).await;
+    if stopped_by.is_none() && schedule.finished(Instant::now()) {
+        return Some(Stop::Goal);
+    }
+    stopped_by
+}
+
+/// One interval's line in `style`, after the run's progress.
+fn print_interval(style: OutputStyle, progress: &str, line: &ProduceInterval) {
+    let text = match style {
+        OutputStyle::Rocketmq => line.line(),
+        OutputStyle::Pulsar => line.pulsar_line(),
+    };
+    println!("{progress} {text}");
 }
 
 /// Waits for the senders to see the stop flag and their last sends to come back.

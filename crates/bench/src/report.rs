@@ -10,6 +10,26 @@ use crate::histogram::Percentiles;
 use crate::machine::process_cpu_s;
 use crate::steal::{StealFigures, StealMark};
 
+/// How `bench produce` prints its interval and summary lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStyle {
+    /// RocketMQ's benchmark Producer fields, then percentiles and MB/s.
+    #[default]
+    Rocketmq,
+    /// pulsar-perf's `Throughput produced: ... msg/s --- ... Mbit/s --- failure ... ---
+    /// Latency: mean: ...` lines.
+    Pulsar,
+}
+
+/// Whether a run prints its header and a line per interval (`bench produce`) or nothing (a
+/// point of a sweep, which prints its own progress).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Print {
+    Lines(OutputStyle),
+    Quiet,
+}
+
 /// Cumulative counts kept by the senders or the consumer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {

@@ -2,51 +2,13 @@
 //! rewritten after each point, so a sweep started again with the same `--json` resumes after
 //! the last point it finished.
 
-use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use crate::html::Table;
-use crate::machine::Machine;
-use crate::peak::PeakVerdict;
 use crate::plan::{Plan, Scenario, SweepArgs};
-use crate::point::{self, PointRecord, PointSettings};
+use crate::point::{self, PointSettings};
+use crate::progress::{duration_words, print_findings, Progress};
+use crate::study::StudyRecord;
 use crate::{read_json, write_json, BenchError};
-
-/// The JSON record of a sweep or a peak search: what `compare` and the HTML report read.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StudyRecord {
-    /// `quiver bench sweep` or `quiver bench peak`.
-    pub tool: String,
-    pub version: String,
-    /// The system under test, as `--label` named it.
-    pub label: String,
-    pub namesrv: String,
-    pub machine: Machine,
-    pub plan: Plan,
-    /// Finished points, in plan order.
-    pub points: Vec<PointRecord>,
-    /// A peak search's conclusion.
-    #[serde(default)]
-    pub peak: Option<PeakVerdict>,
-}
-
-impl StudyRecord {
-    pub fn new(tool: &str, label: &str, namesrv: &str, plan: Plan) -> StudyRecord {
-        StudyRecord {
-            tool: tool.to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            label: label.to_owned(),
-            namesrv: namesrv.to_owned(),
-            machine: Machine::read(),
-            plan,
-            points: Vec::new(),
-            peak: None,
-        }
-    }
-}
 
 pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
     let plan = Plan::resolve(&args)?;
@@ -60,15 +22,7 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
             plan.clone(),
         ),
     };
-    let settings = PointSettings {
-        namesrv: args.namesrv.clone(),
-        topic_prefix: plan.topic.clone(),
-        warmup_s: plan.warmup_s,
-        duration_s: plan.duration_s,
-        report_interval_s: args.report_interval,
-        send_timeout_ms: args.send_timeout_ms,
-        broker_pid: args.broker_pid,
-    };
+    let settings = point_settings(&args, &plan);
     let done = record.points.len();
     println!(
         "quiver bench sweep: {} points of {}s + {}s warm-up against {} ({}), about {}{}",
@@ -84,36 +38,10 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
             String::new()
         }
     );
-    let mut progress = Progress::new(scenarios.len(), plan.warmup_s + plan.duration_s);
-    let machine = record.machine.clone();
-    let mut interrupted = false;
-    let signalled = crate::schedule::Interrupt::get();
-    for (index, scenario) in scenarios.iter().enumerate().skip(done) {
-        if signalled.is_set() {
-            interrupted = true;
-            break;
-        }
-        progress.start(index, scenario);
-        let Some(point) = point::run(&settings, scenario, &machine).await? else {
-            interrupted = true;
-            break;
-        };
-        progress.finish(index, &point);
-        record.points.push(point);
-        save(&args, &record)?;
-    }
-    progress.clear();
+    let interrupted = run_points_left(&args, &settings, &scenarios, &mut record).await?;
     record.peak = crate::peak::sweep_verdict(&record.points);
     save(&args, &record)?;
-    for line in table(&record.points) {
-        println!("{line}");
-    }
-    if let Some(verdict) = &record.peak {
-        println!();
-        for line in &verdict.words {
-            println!("{line}");
-        }
-    }
+    print_findings(&record);
     if let Some(path) = &args.json {
         println!("Wrote {}", path.display());
     }
@@ -125,6 +53,49 @@ pub async fn run(args: SweepArgs) -> Result<(), BenchError> {
         });
     }
     Ok(())
+}
+
+fn point_settings(args: &SweepArgs, plan: &Plan) -> PointSettings {
+    PointSettings {
+        namesrv: args.namesrv.clone(),
+        topic_prefix: plan.topic.clone(),
+        warmup_s: plan.warmup_s,
+        duration_s: plan.duration_s,
+        report_interval_s: args.report_interval,
+        send_timeout_ms: args.send_timeout_ms,
+        broker_pid: args.broker_pid,
+    }
+}
+
+/// Runs the points `record` does not hold yet, saving it after each; true when Ctrl-C stopped
+/// them before the last.
+async fn run_points_left(
+    args: &SweepArgs,
+    settings: &PointSettings,
+    scenarios: &[Scenario],
+    record: &mut StudyRecord,
+) -> Result<bool, BenchError> {
+    let done = record.points.len();
+    let mut progress = Progress::new(scenarios.len(), settings.warmup_s + settings.duration_s);
+    let machine = record.machine.clone();
+    let mut interrupted = false;
+    let signalled = crate::schedule::Interrupt::get();
+    for (index, scenario) in scenarios.iter().enumerate().skip(done) {
+        if signalled.is_set() {
+            interrupted = true;
+            break;
+        }
+        progress.start(index, scenario);
+        let Some(point) = point::run(settings, scenario, &machine).await? else {
+            interrupted = true;
+            break;
+        };
+        progress.finish(index, &point);
+        record.points.push(point);
+        save(args, record)?;
+    }
+    progress.clear();
+    Ok(interrupted)
 }
 
 fn save(args: &SweepArgs, record: &StudyRecord) -> Result<(), BenchError> {
@@ -164,225 +135,10 @@ fn resume(path: &Path, plan: &Plan) -> Result<StudyRecord, BenchError> {
     Ok(record)
 }
 
-/// Seed 000's table, one row per point, plus the MB/s, percentiles and consumer figures seed
-/// 001 and 004 add.
-pub fn study_table(points: &[PointRecord]) -> Table {
-    let header = [
-        "scenario",
-        "failed",
-        "max TPS",
-        "avg TPS",
-        "MB/s",
-        "max RT ms",
-        "avg RT ms",
-        "p99 ms",
-        "B2C avg/max ms",
-        "S2C avg/max ms",
-        "lag end",
-        "bench cores",
-        "disk",
-    ];
-    let rows = points
-        .iter()
-        .map(|point| {
-            let summary = &point.summary;
-            let (b2c, s2c, lag) = match &point.consume {
-                Some(consume) => (
-                    format!("{:.3} / {:.0}", consume.b2c.mean_ms, consume.b2c.max_ms),
-                    format!("{:.3} / {:.0}", consume.s2c.mean_ms, consume.s2c.max_ms),
-                    consume.lag_end.to_string(),
-                ),
-                None => ("-".into(), "-".into(), "-".into()),
-            };
-            vec![
-                point.scenario.name(),
-                point.failed.to_string(),
-                format!("{:.0}", point.max_tps),
-                format!("{:.0}", summary.throughput.messages_per_s),
-                format!("{:.2}", summary.throughput.mb_per_s),
-                format!("{:.0}", point.max_rt_ms.ceil()),
-                format!("{:.3}", point.average_rt_ms),
-                format!("{:.3}", summary.latency.p99_ms),
-                b2c,
-                s2c,
-                lag,
-                format!("{:.2}", summary.process_cores),
-                if summary.disk.limited.is_some() {
-                    "limited".into()
-                } else {
-                    "-".into()
-                },
-            ]
-        })
-        .collect();
-    Table {
-        header: header.iter().map(|h| h.to_string()).collect(),
-        rows,
-    }
-}
-
-/// Why points were limited by the disk, one line each.
-pub fn disk_notes(points: &[PointRecord]) -> Vec<String> {
-    points
-        .iter()
-        .filter_map(|point| {
-            let limited = point.summary.disk.limited.as_ref()?;
-            Some(format!("{}: {limited}", point.scenario.name()))
-        })
-        .collect()
-}
-
-/// The table as printed at the end of a sweep, with the disk's notes under it.
-pub fn table(points: &[PointRecord]) -> Vec<String> {
-    let mut lines = study_table(points).markdown();
-    let limited = disk_notes(points);
-    if !limited.is_empty() {
-        lines.push(String::new());
-        lines.push("Points limited by the disk:".into());
-        lines.extend(limited);
-    }
-    lines
-}
-
-/// `1h 12m`, `3m 20s`, `45s`.
-pub fn duration_words(seconds: f64) -> String {
-    let seconds = seconds.max(0.0).round() as u64;
-    match seconds {
-        s if s >= 3_600 => format!("{}h {:02}m", s / 3_600, s % 3_600 / 60),
-        s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
-        s => format!("{s}s"),
-    }
-}
-
-/// The progress of a study: a bar redrawn in place on a terminal, plain lines otherwise (a log
-/// file or a CI job gets one line per point).
-pub struct Progress {
-    total: usize,
-    point_s: f64,
-    terminal: bool,
-    started: Instant,
-    ran: usize,
-}
-
-const BAR_WIDTH: usize = 24;
-
-impl Progress {
-    pub fn new(total: usize, point_s: f64) -> Progress {
-        Progress {
-            total,
-            point_s,
-            terminal: std::io::stdout().is_terminal(),
-            started: Instant::now(),
-            ran: 0,
-        }
-    }
-
-    /// Time left: the points still to run at the pace of those run so far (the plan's own
-    /// timing before the first one finished).
-    fn left_s(&self, index: usize) -> f64 {
-        let per_point = if self.ran == 0 {
-            self.point_s
-        } else {
-            self.started.elapsed().as_secs_f64() / self.ran as f64
-        };
-        (self.total - index) as f64 * per_point
-    }
-
-    pub fn start(&mut self, index: usize, scenario: &Scenario) {
-        let line = progress_line(index, self.total, &scenario.name(), self.left_s(index));
-        if self.terminal {
-            let filled = BAR_WIDTH * index / self.total.max(1);
-            let bar = format!("[{}{}]", "#".repeat(filled), ".".repeat(BAR_WIDTH - filled));
-            print!("\r\x1b[2K{bar} {line}");
-            let _ = std::io::stdout().flush();
-        } else {
-            println!("{line}");
-        }
-    }
-
-    pub fn finish(&mut self, index: usize, point: &PointRecord) {
-        self.ran += 1;
-        let line = format!(
-            "point {}/{} done: {}: max TPS {:.0}, avg RT {:.3} ms, max RT {:.0} ms, failed {}{}",
-            index + 1,
-            self.total,
-            point.scenario.name(),
-            point.max_tps,
-            point.average_rt_ms,
-            point.max_rt_ms.ceil(),
-            point.failed,
-            if point.summary.disk.limited.is_some() {
-                ", limited by the disk"
-            } else {
-                ""
-            }
-        );
-        if self.terminal {
-            print!("\r\x1b[2K");
-        }
-        println!("{line}");
-    }
-
-    pub fn clear(&self) {
-        if self.terminal {
-            print!("\r\x1b[2K");
-            let _ = std::io::stdout().flush();
-        }
-    }
-}
-
-/// `point 3/36 (10 threads, 1024 B, 8 queues), about 12m 30s left`
-pub fn progress_line(index: usize, total: usize, name: &str, left_s: f64) -> String {
-    format!(
-        "point {}/{total} ({name}), about {} left",
-        index + 1,
-        duration_words(left_s)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Counters, Summary};
-    use crate::Percentiles;
-
-    fn scenario(threads: u32) -> Scenario {
-        Scenario {
-            threads,
-            size: 1024,
-            queues: 8,
-            batch: 1,
-            rate: None,
-            producers: 1,
-            consumers: 0,
-        }
-    }
-
-    pub(crate) fn point(threads: u32, max_tps: f64, mean_ms: f64) -> PointRecord {
-        let latency = Percentiles {
-            count: 1,
-            mean_ms,
-            p99_ms: mean_ms * 3.0,
-            max_ms: mean_ms * 10.0,
-            ..Percentiles::default()
-        };
-        let counters = Counters {
-            messages: (max_tps * 10.0) as u64,
-            bytes: (max_tps * 10.0 * 1024.0) as u64,
-            ..Counters::default()
-        };
-        PointRecord {
-            scenario: scenario(threads),
-            topic: "BenchSweep8".into(),
-            max_tps,
-            max_rt_ms: latency.max_ms,
-            average_rt_ms: mean_ms,
-            failed: 0,
-            summary: Summary::new(10.0, counters, latency, 1.0, 10.0),
-            intervals: Vec::new(),
-            consume: None,
-        }
-    }
+    use crate::study::tests::point;
 
     fn plan() -> Plan {
         Plan {
@@ -431,39 +187,5 @@ mod tests {
         let refused = resume(&path, &plan()).expect_err("garbage");
         assert!(refused.to_string().starts_with("cannot read"), "{refused}");
         std::fs::remove_dir_all(&dir).expect("clean up");
-    }
-
-    #[test]
-    fn the_table_has_a_row_per_point_with_the_seeds_figures() {
-        let mut limited = point(10, 41_946.0, 0.238);
-        limited.summary.disk.limited = Some("limited by the disk: vda busy".into());
-        let lines = table(&[point(1, 4_533.0, 0.221), limited]);
-        assert!(lines[0].starts_with("| scenario | failed | max TPS |"));
-        assert!(
-            lines[2].starts_with(
-                "| 1 threads, 1024 B, 8 queues | 0 | 4533 | 4533 | 4.64 | 3 | 0.221 |"
-            ),
-            "{}",
-            lines[2]
-        );
-        assert!(lines[3].ends_with("| limited |"), "{}", lines[3]);
-        assert_eq!(lines[5], "Points limited by the disk:");
-        assert!(lines[6].starts_with("10 threads, 1024 B, 8 queues: limited by the disk"));
-    }
-
-    #[test]
-    fn progress_says_the_point_the_total_and_the_time_left() {
-        assert_eq!(
-            progress_line(2, 36, "10 threads, 1024 B, 8 queues", 850.0),
-            "point 3/36 (10 threads, 1024 B, 8 queues), about 14m 10s left"
-        );
-        assert_eq!(duration_words(3_725.0), "1h 02m");
-        assert_eq!(duration_words(59.4), "59s");
-        let progress = Progress::new(4, 25.0);
-        assert_eq!(
-            progress.left_s(1),
-            75.0,
-            "the plan's timing before any point ran"
-        );
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use quiver_client::{Client, ClientConfig, ClientError};
 use tokio::time::Instant;
 
-use crate::produce::Print;
+use crate::report::Print;
 use crate::{lookup_error, BenchError, ProduceArgs};
 
 /// Brokers register with the name server asynchronously, so a cluster that has just started

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use quiver_broker::{BrokerConfig, BrokerRole, UnknownKey};
+use quiver_broker::{BrokerConfig, BrokerRole, RunningBroker, UnknownKey};
 use quiver_namesrv::NamesrvConfig;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -274,98 +274,29 @@ async fn up(
         stopped,
     ));
 
-    let base = |store_root: &Path, listen_port: u16| -> anyhow::Result<BrokerConfig> {
-        let mut config = BrokerConfig {
-            store_root: store_root.to_path_buf(),
-            listen_port,
-            ..BrokerConfig::default()
-        };
-        if let Some(path) = config_path {
-            apply_config_file(&mut config, path)?;
-        }
-        // The embedded name server is always one of the broker's; a file may name more.
-        config
-            .namesrv_addrs
-            .retain(|addr| addr != &namesrv_addr.to_string());
-        config.namesrv_addrs.insert(0, namesrv_addr.to_string());
-        Ok(config)
-    };
-    // In a cluster each broker keeps its own store, whatever the file says.
-    let own_store = |config: &mut BrokerConfig, member: &Member| {
-        config.store_root = member.data.clone();
-        config.store_commitlog = None;
-        config.store_consume_queue = None;
-        config.store_index = None;
-        config.store_checkpoint = None;
-        config.store_abort = None;
+    let defaults = BrokerDefaults {
+        config_path,
+        namesrv_addr,
     };
     let mut running = Vec::new();
     if layout.single() {
-        let mut config = base(data, layout.broker_port)?;
+        let mut config = defaults.config(data, layout.broker_port)?;
         if !file_sets(config_path, "listenPort") {
             config.listen_port = layout.broker_port;
         }
         running.push(quiver_broker::start(config).await?);
     } else {
         for (master, slaves) in layout.members(data) {
-            let mut config = base(&master.data, master.listen_port)?;
-            own_store(&mut config, &master);
-            config.broker_name = master.name.clone();
-            config.broker_id = 0;
-            config.listen_port = master.listen_port;
-            if config.role == BrokerRole::Slave {
-                config.role = BrokerRole::AsyncMaster;
-            }
-            if master.listen_port == 0 {
-                config.ha_listen_port = Some(0);
-            }
-            let started = quiver_broker::start(config).await?;
+            let started = start_master(&defaults, &master).await?;
             let ha = started.broker.ha_host;
-            println!(
-                "{} master: broker {} ha {} data {}",
-                master.name,
-                started.local_addr,
-                ha,
-                master.data.display()
-            );
             running.push(started);
             for slave in slaves {
-                let mut config = base(&slave.data, slave.listen_port)?;
-                own_store(&mut config, &slave);
-                config.broker_name = slave.name.clone();
-                config.broker_id = slave.broker_id;
-                config.listen_port = slave.listen_port;
-                config.role = BrokerRole::Slave;
-                config.ha_master_addr = Some(ha.to_string());
-                let started = quiver_broker::start(config).await?;
-                println!(
-                    "{} slave {}: broker {} data {}",
-                    slave.name,
-                    slave.broker_id,
-                    started.local_addr,
-                    slave.data.display()
-                );
-                running.push(started);
+                running.push(start_slave(&defaults, &slave, ha).await?);
             }
         }
     }
     if !stop_signal.received().await {
-        // Ready means routable: clients look up routes right after the ready line.
-        let registered = tokio::select! {
-            registered = running[0].wait_registered(std::time::Duration::from_secs(10)) => Some(registered),
-            _ = stop_signal.wait() => None,
-        };
-        if let Some(registered) = registered {
-            if !registered {
-                tracing::warn!("the broker has not registered with the embedded name server yet");
-            }
-            tracing::info!(namesrv = %namesrv_addr, broker = %running[0].local_addr, data = %data.display(), "quiver is up");
-            println!(
-                "ready namesrv={} broker={}",
-                namesrv_addr, running[0].local_addr
-            );
-            stop_signal.wait().await;
-        }
+        serve_until_stopped(&running[0], namesrv_addr, data, &mut stop_signal).await;
     }
     tracing::info!("stopping");
     // Slaves first, so that none reports a master gone while the masters stop.
@@ -375,6 +306,110 @@ async fn up(
     let _ = stop.send(true);
     let _ = namesrv_task.await;
     Ok(())
+}
+
+/// What every broker of `quiver up` starts from: the embedded defaults, the config file on top,
+/// and the embedded name server.
+struct BrokerDefaults<'a> {
+    config_path: Option<&'a Path>,
+    namesrv_addr: SocketAddr,
+}
+
+impl BrokerDefaults<'_> {
+    fn config(&self, store_root: &Path, listen_port: u16) -> anyhow::Result<BrokerConfig> {
+        let mut config = BrokerConfig {
+            store_root: store_root.to_path_buf(),
+            listen_port,
+            ..BrokerConfig::default()
+        };
+        if let Some(path) = self.config_path {
+            apply_config_file(&mut config, path)?;
+        }
+        // The embedded name server is always one of the broker's; a file may name more.
+        let namesrv_addr = self.namesrv_addr.to_string();
+        config.namesrv_addrs.retain(|addr| addr != &namesrv_addr);
+        config.namesrv_addrs.insert(0, namesrv_addr);
+        Ok(config)
+    }
+
+    /// The config of one member of a cluster: its own store, whatever the file says, and its
+    /// name, id and port.
+    fn member_config(&self, member: &Member) -> anyhow::Result<BrokerConfig> {
+        let mut config = self.config(&member.data, member.listen_port)?;
+        config.store_root = member.data.clone();
+        config.store_commitlog = None;
+        config.store_consume_queue = None;
+        config.store_index = None;
+        config.store_checkpoint = None;
+        config.store_abort = None;
+        config.broker_name = member.name.clone();
+        config.broker_id = member.broker_id;
+        config.listen_port = member.listen_port;
+        Ok(config)
+    }
+}
+
+async fn start_master(
+    defaults: &BrokerDefaults<'_>,
+    master: &Member,
+) -> anyhow::Result<RunningBroker> {
+    let mut config = defaults.member_config(master)?;
+    if config.role == BrokerRole::Slave {
+        config.role = BrokerRole::AsyncMaster;
+    }
+    if master.listen_port == 0 {
+        config.ha_listen_port = Some(0);
+    }
+    let started = quiver_broker::start(config).await?;
+    println!(
+        "{} master: broker {} ha {} data {}",
+        master.name,
+        started.local_addr,
+        started.broker.ha_host,
+        master.data.display()
+    );
+    Ok(started)
+}
+
+async fn start_slave(
+    defaults: &BrokerDefaults<'_>,
+    slave: &Member,
+    master_ha: SocketAddr,
+) -> anyhow::Result<RunningBroker> {
+    let mut config = defaults.member_config(slave)?;
+    config.role = BrokerRole::Slave;
+    config.ha_master_addr = Some(master_ha.to_string());
+    let started = quiver_broker::start(config).await?;
+    println!(
+        "{} slave {}: broker {} data {}",
+        slave.name,
+        slave.broker_id,
+        started.local_addr,
+        slave.data.display()
+    );
+    Ok(started)
+}
+
+/// Prints the ready line once the first broker has registered, then waits for a stop signal.
+async fn serve_until_stopped(
+    first: &RunningBroker,
+    namesrv_addr: SocketAddr,
+    data: &Path,
+    stop_signal: &mut StopSignal,
+) {
+    // Ready means routable: clients look up routes right after the ready line.
+    let registered = tokio::select! {
+        registered = first.wait_registered(std::time::Duration::from_secs(10)) => Some(registered),
+        _ = stop_signal.wait() => None,
+    };
+    if let Some(registered) = registered {
+        if !registered {
+            tracing::warn!("the broker has not registered with the embedded name server yet");
+        }
+        tracing::info!(namesrv = %namesrv_addr, broker = %first.local_addr, data = %data.display(), "quiver is up");
+        println!("ready namesrv={} broker={}", namesrv_addr, first.local_addr);
+        stop_signal.wait().await;
+    }
 }
 
 async fn namesrv(

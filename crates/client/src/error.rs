@@ -1,6 +1,19 @@
 //! What can go wrong talking to name servers and brokers.
 
+use quiver_wire::code::response_code;
 use quiver_wire::FrameError;
+
+/// Response codes after which Java's producer tries another broker.
+pub const RETRY_CODES: [i32; 8] = [
+    response_code::TOPIC_NOT_EXIST,
+    response_code::SERVICE_NOT_AVAILABLE,
+    response_code::SYSTEM_ERROR,
+    response_code::SYSTEM_BUSY,
+    response_code::NO_PERMISSION,
+    response_code::NO_BUYER_ID,
+    response_code::NOT_IN_CURRENT_UNIT,
+    response_code::GO_AWAY,
+];
 
 /// Errors of a single request and of the operations built on requests.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +74,7 @@ impl ClientError {
             | ClientError::ConnectionClosed { .. }
             | ClientError::Timeout { .. }
             | ClientError::NoBrokerAddr { .. } => true,
-            ClientError::Refused { code, .. } => crate::producer::RETRY_CODES.contains(code),
+            ClientError::Refused { code, .. } => RETRY_CODES.contains(code),
             _ => false,
         }
     }

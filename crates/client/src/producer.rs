@@ -21,18 +21,6 @@ use crate::message::{uniq_str, Message, SendResult, SendStatus, UniqIds, UNIQ_ID
 use crate::route::{TopicRoute, AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS};
 use crate::send_frame::{self, encode_send, SendFields};
 
-/// Response codes after which Java's producer tries another broker.
-pub const RETRY_CODES: [i32; 8] = [
-    response_code::TOPIC_NOT_EXIST,
-    response_code::SERVICE_NOT_AVAILABLE,
-    response_code::SYSTEM_ERROR,
-    response_code::SYSTEM_BUSY,
-    response_code::NO_PERMISSION,
-    response_code::NO_BUYER_ID,
-    response_code::NOT_IN_CURRENT_UNIT,
-    response_code::GO_AWAY,
-];
-
 /// Messages in one batch; the frame limit (16 MiB) bounds the bytes.
 pub const BATCH_MESSAGES_MAX: usize = 4_096;
 

@@ -115,41 +115,9 @@ impl RouteTable {
             .get(&broker_addr)
             .and_then(|live| live.data_version.clone());
         let changed = first || data_version.is_none() || previous_version != data_version;
-        self.clusters
-            .entry(cluster.clone())
-            .or_default()
-            .insert(broker_name.clone());
-        let entry = self
-            .brokers
-            .entry(broker_name.clone())
-            .or_insert_with(|| (cluster.clone(), BTreeMap::new()));
-        entry.0 = cluster.clone();
-        // An address moving to another id (a slave promoted, say) must not stay under both.
-        entry
-            .1
-            .retain(|id, addr| *addr != broker_addr || *id == broker_id);
-        entry.1.insert(broker_id, broker_addr.clone());
+        self.place_address(&cluster, &broker_name, broker_id, &broker_addr);
         if broker_id == 0 {
-            for (topic, config) in topics {
-                let served = self
-                    .topics
-                    .get(&topic)
-                    .is_some_and(|queues| queues.contains_key(&broker_name));
-                if served && !changed {
-                    continue;
-                }
-                let queue_data = QueueData {
-                    broker_name: broker_name.clone(),
-                    read_queue_nums: config.read_queue_nums,
-                    write_queue_nums: config.write_queue_nums,
-                    perm: config.perm,
-                    topic_sys_flag: config.topic_sys_flag,
-                };
-                self.topics
-                    .entry(topic)
-                    .or_default()
-                    .insert(broker_name.clone(), queue_data);
-            }
+            self.serve_topics(&broker_name, topics, changed);
         }
         let registered = self.master_of(&broker_name, broker_id);
         self.live.insert(
@@ -165,6 +133,59 @@ impl RouteTable {
             },
         );
         registered
+    }
+
+    /// Files `broker_addr` under its cluster and its broker name, at `broker_id`.
+    fn place_address(
+        &mut self,
+        cluster: &str,
+        broker_name: &str,
+        broker_id: i64,
+        broker_addr: &str,
+    ) {
+        self.clusters
+            .entry(cluster.to_owned())
+            .or_default()
+            .insert(broker_name.to_owned());
+        let entry = self
+            .brokers
+            .entry(broker_name.to_owned())
+            .or_insert_with(|| (cluster.to_owned(), BTreeMap::new()));
+        entry.0 = cluster.to_owned();
+        // An address moving to another id (a slave promoted, say) must not stay under both.
+        entry
+            .1
+            .retain(|id, addr| *addr != broker_addr || *id == broker_id);
+        entry.1.insert(broker_id, broker_addr.to_owned());
+    }
+
+    /// A master's topics: added, and updated only when its topic config `changed`.
+    fn serve_topics(
+        &mut self,
+        broker_name: &str,
+        topics: BTreeMap<String, TopicConfig>,
+        changed: bool,
+    ) {
+        for (topic, config) in topics {
+            let served = self
+                .topics
+                .get(&topic)
+                .is_some_and(|queues| queues.contains_key(broker_name));
+            if served && !changed {
+                continue;
+            }
+            let queue_data = QueueData {
+                broker_name: broker_name.to_owned(),
+                read_queue_nums: config.read_queue_nums,
+                write_queue_nums: config.write_queue_nums,
+                perm: config.perm,
+                topic_sys_flag: config.topic_sys_flag,
+            };
+            self.topics
+                .entry(topic)
+                .or_default()
+                .insert(broker_name.to_owned(), queue_data);
+        }
     }
 
     /// A slave's master: the address registered under id 0 of its broker name, and the HA

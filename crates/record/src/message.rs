@@ -145,21 +145,7 @@ impl StoredMessage {
         verify_crc: bool,
         body_of: impl FnOnce(&[u8]) -> Bytes,
     ) -> Result<(StoredMessage, usize), MessageError> {
-        let mut head = Reader(Cursor::new(buf, 0));
-        let total_size = head.i32()?;
-        let total = usize::try_from(total_size)
-            .ok()
-            .filter(|total| *total >= RECORD_BYTES_MIN)
-            .ok_or(MessageError::BadLength {
-                field: "TOTALSIZE",
-                value: i64::from(total_size),
-            })?;
-        if total > buf.len() {
-            return Err(MessageError::Truncated {
-                needed: total,
-                available: buf.len(),
-            });
-        }
+        let total = record_bytes(buf)?;
         // From here on every read is confined to this record.
         let mut record = Reader(Cursor::new(&buf[..total], 4));
         let magic = record.i32()?;
@@ -194,17 +180,12 @@ impl StoredMessage {
         if record.0.at() != total {
             return Err(MessageError::BadLength {
                 field: "TOTALSIZE",
-                value: i64::from(total_size),
+                // Exact: `total` was read as an i32.
+                value: total as i64,
             });
         }
         if verify_crc {
-            let computed = body_crc(body);
-            if computed != stored_crc {
-                return Err(MessageError::BodyCrcMismatch {
-                    stored: stored_crc,
-                    computed,
-                });
-            }
+            check_body_crc(body, stored_crc)?;
         }
         let message = StoredMessage {
             queue_id,
@@ -219,12 +200,8 @@ impl StoredMessage {
             reconsume_times,
             prepared_transaction_offset,
             body: body_of(body),
-            topic: std::str::from_utf8(topic)
-                .map_err(|_| MessageError::BadUtf8("TOPIC"))?
-                .to_owned(),
-            properties: std::str::from_utf8(properties)
-                .map_err(|_| MessageError::BadUtf8("PROPERTIES"))?
-                .to_owned(),
+            topic: text(topic, "TOPIC")?,
+            properties: text(properties, "PROPERTIES")?,
         };
         Ok((message, total))
     }
@@ -262,6 +239,42 @@ impl StoredMessage {
     pub fn offset_msg_id(&self) -> String {
         offset_msg_id(self.store_host, self.physical_offset)
     }
+}
+
+/// The record's TOTALSIZE: at least a record's fixed part, and all of it in `buf`.
+fn record_bytes(buf: &[u8]) -> Result<usize, MessageError> {
+    let total_size = Reader(Cursor::new(buf, 0)).i32()?;
+    let total = usize::try_from(total_size)
+        .ok()
+        .filter(|total| *total >= RECORD_BYTES_MIN)
+        .ok_or(MessageError::BadLength {
+            field: "TOTALSIZE",
+            value: i64::from(total_size),
+        })?;
+    if total > buf.len() {
+        return Err(MessageError::Truncated {
+            needed: total,
+            available: buf.len(),
+        });
+    }
+    Ok(total)
+}
+
+fn check_body_crc(body: &[u8], stored_crc: i32) -> Result<(), MessageError> {
+    let computed = body_crc(body);
+    if computed != stored_crc {
+        return Err(MessageError::BodyCrcMismatch {
+            stored: stored_crc,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+fn text(bytes: &[u8], field: &'static str) -> Result<String, MessageError> {
+    Ok(std::str::from_utf8(bytes)
+        .map_err(|_| MessageError::BadUtf8(field))?
+        .to_owned())
 }
 
 /// The shared cursor with this decoder's errors: running off the end is `Truncated`.

@@ -13,7 +13,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::code::untruncate_pop_code;
-use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode, FLAG_RESPONSE};
+use crate::command::{Command, Encoding, LanguageCode, FLAG_RESPONSE};
+use crate::ext::ExtFields;
+use crate::frame_error::FrameError;
 
 /// code + language + version + opaque + flag + remark length + ext length.
 const FIXED_BYTES: usize = 2 + 1 + 2 + 4 + 4 + 4 + 4;
@@ -89,49 +91,8 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
     let opaque = reader.i32("opaque")?;
     let flag = reader.i32("flag")?;
 
-    let remark_length = reader.i32("remark length")?;
-    let remark_bytes = reader.length(i64::from(remark_length), "remark")?;
-    // Java reads a zero-length string as null.
-    let remark = match remark_bytes {
-        0 => None,
-        n => Some(reader.text(n, "remark")?),
-    };
-
-    let ext_length = reader.i32("ext length")?;
-    let ext_bytes = reader.length(i64::from(ext_length), "ext")?;
-    let ext = if ext_bytes == 0 {
-        None
-    } else {
-        let ext_start = reader.position;
-        let mut entries = Reader {
-            bytes: reader.take(ext_bytes, "ext")?,
-            position: 0,
-        };
-        // Keys and values stay in the frame's bytes; the map records where.
-        let mut ranges = Vec::with_capacity(16);
-        while entries.position < entries.bytes.len() {
-            let key_length = entries.i16("ext key length")?;
-            let key_bytes = entries.length(i64::from(key_length), "ext key")?;
-            let key = entries.range(key_bytes, "ext key")?;
-            let value_length = entries.i32("ext value length")?;
-            let value_bytes = entries.length(i64::from(value_length), "ext value")?;
-            let value = entries.range(value_bytes, "ext value")?;
-            // Empty keys and values are null in Java, which never lands in a header field.
-            if !key.is_empty() && !value.is_empty() {
-                if ranges.len() == crate::ext::EXT_FIELDS_MAX {
-                    return Err(bad(format!(
-                        "more than {} ext fields",
-                        crate::ext::EXT_FIELDS_MAX
-                    )));
-                }
-                ranges.push((key, value));
-            }
-        }
-        let section = header.slice(ext_start..ext_start + ext_bytes);
-        let ext = ExtFields::from_frame(section, &ranges)
-            .ok_or_else(|| bad("an ext key or value is not UTF-8"))?;
-        Some(ext)
-    };
+    let remark = decode_remark(&mut reader)?;
+    let ext = decode_ext(&mut reader, header)?;
 
     // Only requests can carry a pop code; response codes are small and must stay as sent.
     let code = if flag & FLAG_RESPONSE == 0 {
@@ -150,6 +111,55 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
         body: Bytes::new(),
         encoding: Encoding::RocketMq,
     })
+}
+
+/// The remark: a 4-byte length, then UTF-8. Java reads a zero-length string as null.
+fn decode_remark(reader: &mut Reader<'_>) -> Result<Option<String>, FrameError> {
+    let remark_length = reader.i32("remark length")?;
+    let remark_bytes = reader.length(i64::from(remark_length), "remark")?;
+    match remark_bytes {
+        0 => Ok(None),
+        n => Ok(Some(reader.text(n, "remark")?)),
+    }
+}
+
+/// The ext fields: a 4-byte section length, then pairs of a 2-byte key length and key and a
+/// 4-byte value length and value. None when the section is empty.
+fn decode_ext(reader: &mut Reader<'_>, header: &Bytes) -> Result<Option<ExtFields>, FrameError> {
+    let ext_length = reader.i32("ext length")?;
+    let ext_bytes = reader.length(i64::from(ext_length), "ext")?;
+    if ext_bytes == 0 {
+        return Ok(None);
+    }
+    let ext_start = reader.position;
+    let mut entries = Reader {
+        bytes: reader.take(ext_bytes, "ext")?,
+        position: 0,
+    };
+    // Keys and values stay in the frame's bytes; the map records where.
+    let mut ranges = Vec::with_capacity(16);
+    while entries.position < entries.bytes.len() {
+        let key_length = entries.i16("ext key length")?;
+        let key_bytes = entries.length(i64::from(key_length), "ext key")?;
+        let key = entries.range(key_bytes, "ext key")?;
+        let value_length = entries.i32("ext value length")?;
+        let value_bytes = entries.length(i64::from(value_length), "ext value")?;
+        let value = entries.range(value_bytes, "ext value")?;
+        // Empty keys and values are null in Java, which never lands in a header field.
+        if !key.is_empty() && !value.is_empty() {
+            if ranges.len() == crate::ext::EXT_FIELDS_MAX {
+                return Err(bad(format!(
+                    "more than {} ext fields",
+                    crate::ext::EXT_FIELDS_MAX
+                )));
+            }
+            ranges.push((key, value));
+        }
+    }
+    let section = header.slice(ext_start..ext_start + ext_bytes);
+    let ext = ExtFields::from_frame(section, &ranges)
+        .ok_or_else(|| bad("an ext key or value is not UTF-8"))?;
+    Ok(Some(ext))
 }
 
 pub(crate) fn encode(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameError> {

@@ -7,9 +7,11 @@
 use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::frame::{Command, Encoding, ExtFields, FrameError, LanguageCode};
+use crate::command::{Command, Encoding, LanguageCode};
+use crate::ext::ExtFields;
+use crate::frame_error::FrameError;
 
 fn bad(reason: impl Into<String>) -> FrameError {
     FrameError::BadJsonHeader(reason.into())
@@ -31,67 +33,13 @@ fn decode_general(header: &Bytes) -> Result<Command, FrameError> {
     let Value::Object(fields) = value else {
         return Err(bad("header is not a JSON object"));
     };
-    let int_field = |name: &str| -> Result<i32, FrameError> {
-        match fields.get(name) {
-            // fastjson leaves a missing int at Java's default of 0.
-            None | Some(Value::Null) => Ok(0),
-            Some(Value::Number(number)) => number
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok())
-                .ok_or_else(|| bad(format!("{name} {number} is not a 32-bit integer"))),
-            Some(Value::String(text)) => text
-                .parse::<i32>()
-                .map_err(|_| bad(format!("{name} {text:?} is not a 32-bit integer"))),
-            Some(other) => Err(bad(format!("{name} has unexpected value {other}"))),
-        }
-    };
-    let code = int_field("code")?;
-    let version = int_field("version")?;
-    let opaque = int_field("opaque")?;
-    let flag = int_field("flag")?;
-
-    let language = match fields.get("language") {
-        None | Some(Value::Null) => LanguageCode::JAVA,
-        Some(Value::String(name)) => LanguageCode::from_name(name).unwrap_or(LanguageCode::OTHER),
-        Some(Value::Number(number)) => number
-            .as_u64()
-            .and_then(|n| u8::try_from(n).ok())
-            .map(LanguageCode)
-            .ok_or_else(|| bad(format!("language {number} is out of range")))?,
-        Some(other) => return Err(bad(format!("language has unexpected value {other}"))),
-    };
-
-    let remark = match fields.get("remark") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(text.clone()),
-        Some(other) => return Err(bad(format!("remark has unexpected value {other}"))),
-    };
-
-    let ext = match fields.get("extFields") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(entries)) => {
-            if entries.len() > crate::ext::EXT_FIELDS_MAX {
-                return Err(bad(format!(
-                    "more than {} ext fields",
-                    crate::ext::EXT_FIELDS_MAX
-                )));
-            }
-            let mut ext = ExtFields::new();
-            for (key, value) in entries {
-                let text = match value {
-                    Value::Null => continue,
-                    Value::String(text) => text.clone(),
-                    Value::Number(number) => number.to_string(),
-                    Value::Bool(flag) => flag.to_string(),
-                    other => return Err(bad(format!("ext {key:?} has unexpected value {other}"))),
-                };
-                ext.insert(key.clone(), text);
-            }
-            Some(ext)
-        }
-        Some(other) => return Err(bad(format!("extFields has unexpected value {other}"))),
-    };
-
+    let code = int_field(&fields, "code")?;
+    let version = int_field(&fields, "version")?;
+    let opaque = int_field(&fields, "opaque")?;
+    let flag = int_field(&fields, "flag")?;
+    let language = language_field(&fields)?;
+    let remark = remark_field(&fields)?;
+    let ext = ext_field(&fields)?;
     Ok(Command {
         code,
         language,
@@ -103,6 +51,72 @@ fn decode_general(header: &Bytes) -> Result<Command, FrameError> {
         body: Bytes::new(),
         encoding: Encoding::Json,
     })
+}
+
+fn int_field(fields: &Map<String, Value>, name: &str) -> Result<i32, FrameError> {
+    match fields.get(name) {
+        // fastjson leaves a missing int at Java's default of 0.
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::Number(number)) => number
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| bad(format!("{name} {number} is not a 32-bit integer"))),
+        Some(Value::String(text)) => text
+            .parse::<i32>()
+            .map_err(|_| bad(format!("{name} {text:?} is not a 32-bit integer"))),
+        Some(other) => Err(bad(format!("{name} has unexpected value {other}"))),
+    }
+}
+
+/// The language by name (an unknown name is OTHER) or by ordinal; JAVA when absent.
+fn language_field(fields: &Map<String, Value>) -> Result<LanguageCode, FrameError> {
+    match fields.get("language") {
+        None | Some(Value::Null) => Ok(LanguageCode::JAVA),
+        Some(Value::String(name)) => {
+            Ok(LanguageCode::from_name(name).unwrap_or(LanguageCode::OTHER))
+        }
+        Some(Value::Number(number)) => number
+            .as_u64()
+            .and_then(|n| u8::try_from(n).ok())
+            .map(LanguageCode)
+            .ok_or_else(|| bad(format!("language {number} is out of range"))),
+        Some(other) => Err(bad(format!("language has unexpected value {other}"))),
+    }
+}
+
+fn remark_field(fields: &Map<String, Value>) -> Result<Option<String>, FrameError> {
+    match fields.get("remark") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(other) => Err(bad(format!("remark has unexpected value {other}"))),
+    }
+}
+
+/// The ext fields, every value as text; a `null` value is left out.
+fn ext_field(fields: &Map<String, Value>) -> Result<Option<ExtFields>, FrameError> {
+    let entries = match fields.get("extFields") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(entries)) => entries,
+        Some(other) => return Err(bad(format!("extFields has unexpected value {other}"))),
+    };
+    if entries.len() > crate::ext::EXT_FIELDS_MAX {
+        return Err(bad(format!(
+            "more than {} ext fields",
+            crate::ext::EXT_FIELDS_MAX
+        )));
+    }
+    let mut ext = ExtFields::new();
+    for (key, value) in entries {
+        let text = match value {
+            Value::Null => continue,
+            Value::String(text) => text.clone(),
+            Value::Number(number) => number.to_string(),
+            Value::Bool(flag) => flag.to_string(),
+            other => return Err(bad(format!("ext {key:?} has unexpected value {other}"))),
+        };
+        ext.insert(key.clone(), text);
+    }
+    Ok(Some(ext))
 }
 
 pub(crate) fn encode(cmd: &Command, out: &mut BytesMut) {

@@ -9,8 +9,10 @@ pub mod batch;
 mod binary_header;
 pub mod body;
 pub mod code;
+pub mod command;
 mod ext;
 pub mod frame;
+mod frame_error;
 pub mod header;
 mod json_header;
 pub mod message;
@@ -20,10 +22,10 @@ pub mod timer_checkpoint;
 pub use batch::{decode_batch, encode_batch, BatchEntry};
 pub use body::*;
 pub use code::{request_code, response_code, untruncate_pop_code};
-pub use frame::{
-    decode_frame, encode_frame, encode_frame_head, Command, Encoding, ExtFields, ExtText,
-    FrameError, LanguageCode, FLAG_ONEWAY, FLAG_RESPONSE, FRAME_BYTES_MAX, SERVER_VERSION,
-};
+pub use command::{Command, Encoding, LanguageCode, FLAG_ONEWAY, FLAG_RESPONSE, SERVER_VERSION};
+pub use ext::{ExtFields, ExtText};
+pub use frame::{decode_frame, encode_frame, encode_frame_head, FRAME_BYTES_MAX};
+pub use frame_error::FrameError;
 pub use header::*;
 pub use message::{
     body_crc, decode_offset_msg_id, decode_properties, encode_properties, find_property,

@@ -498,8 +498,30 @@ fn closing_lines(findings: &Findings) -> Vec<String> {
 }
 
 fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
+    let intervals = &findings.intervals;
+    let mut paragraphs = accounting_paragraphs(args, machine, findings);
+    let shown = table_rows(intervals);
+    if shown.len() < intervals.len() {
+        paragraphs.push(format!(
+            "The table shows {} of {} intervals: evenly spaced ones and every one with failures, duplicates, reordering or draining; all are in the JSON record.",
+            shown.len(),
+            intervals.len()
+        ));
+    }
+    Page {
+        title: format!("quiver bench soak: {}", args.topic),
+        sections: vec![Section {
+            heading: "Accounting".into(),
+            paragraphs,
+            table: Some(interval_table(shown)),
+            charts: interval_charts(intervals),
+        }],
+    }
+}
+
+/// The run, its totals, its gaps, the disk and the machine, in words.
+fn accounting_paragraphs(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Vec<String> {
     let Findings {
-        intervals,
         totals,
         missing,
         gaps,
@@ -507,16 +529,6 @@ fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
         steal,
         ..
     } = findings;
-    let series = |pick: fn(&SoakInterval) -> f64| -> Vec<(f64, f64)> {
-        intervals.iter().map(|i| (i.elapsed_s, pick(i))).collect()
-    };
-    let latency = |pick: fn(&SoakInterval) -> &Percentiles| -> Vec<(f64, f64)> {
-        intervals
-            .iter()
-            .filter(|i| pick(i).count > 0)
-            .map(|i| (i.elapsed_s, pick(i).p99_ms))
-            .collect()
-    };
     let mut paragraphs = vec![
         format!(
             "Topic {}, {} senders, {} consumer(s), {} B bodies; machine: {}.",
@@ -539,14 +551,10 @@ fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
     }));
     paragraphs.push(disk.line());
     paragraphs.push(steal.line());
-    let shown = table_rows(intervals);
-    if shown.len() < intervals.len() {
-        paragraphs.push(format!(
-            "The table shows {} of {} intervals: evenly spaced ones and every one with failures, duplicates, reordering or draining; all are in the JSON record.",
-            shown.len(),
-            intervals.len()
-        ));
-    }
+    paragraphs
+}
+
+fn interval_table(shown: Vec<&SoakInterval>) -> Table {
     let rows = shown
         .into_iter()
         .map(|i| {
@@ -562,41 +570,47 @@ fn page(args: &SoakArgs, machine: &Machine, findings: &Findings) -> Page {
             ]
         })
         .collect();
-    Page {
-        title: format!("quiver bench soak: {}", args.topic),
-        sections: vec![Section {
-            heading: "Accounting".into(),
-            paragraphs,
-            table: Some(Table {
-                header: [
-                    "seconds",
-                    "sent",
-                    "acked",
-                    "failed",
-                    "consumed",
-                    "duplicated",
-                    "reordered",
-                    "not yet consumed",
-                ]
-                .iter()
-                .map(|h| h.to_string())
-                .collect(),
-                rows,
-            }),
-            charts: vec![
-                Chart::new("Messages per interval", "seconds", "messages")
-                    .with_series("acknowledged", series(|i| i.counts.acknowledged as f64))
-                    .with_series("consumed", series(|i| i.counts.consumed as f64))
-                    .with_series("failed", series(|i| i.counts.failed as f64)),
-                Chart::new("Latency over time (p99)", "seconds", "ms (log)")
-                    .log_y()
-                    .with_series("send", latency(|i| &i.send_latency))
-                    .with_series("born to consume", latency(|i| &i.b2c)),
-                Chart::new("Acknowledged, not yet consumed", "seconds", "messages")
-                    .with_series("lag", series(|i| i.pending as f64)),
-            ],
-        }],
+    Table {
+        header: [
+            "seconds",
+            "sent",
+            "acked",
+            "failed",
+            "consumed",
+            "duplicated",
+            "reordered",
+            "not yet consumed",
+        ]
+        .iter()
+        .map(|h| h.to_string())
+        .collect(),
+        rows,
     }
+}
+
+fn interval_charts(intervals: &[SoakInterval]) -> Vec<Chart> {
+    let series = |pick: fn(&SoakInterval) -> f64| -> Vec<(f64, f64)> {
+        intervals.iter().map(|i| (i.elapsed_s, pick(i))).collect()
+    };
+    let latency = |pick: fn(&SoakInterval) -> &Percentiles| -> Vec<(f64, f64)> {
+        intervals
+            .iter()
+            .filter(|i| pick(i).count > 0)
+            .map(|i| (i.elapsed_s, pick(i).p99_ms))
+            .collect()
+    };
+    vec![
+        Chart::new("Messages per interval", "seconds", "messages")
+            .with_series("acknowledged", series(|i| i.counts.acknowledged as f64))
+            .with_series("consumed", series(|i| i.counts.consumed as f64))
+            .with_series("failed", series(|i| i.counts.failed as f64)),
+        Chart::new("Latency over time (p99)", "seconds", "ms (log)")
+            .log_y()
+            .with_series("send", latency(|i| &i.send_latency))
+            .with_series("born to consume", latency(|i| &i.b2c)),
+        Chart::new("Acknowledged, not yet consumed", "seconds", "messages")
+            .with_series("lag", series(|i| i.pending as f64)),
+    ]
 }
 
 /// Rows of the report's table: a long soak has thousands of intervals; an evenly spaced sample

@@ -9,7 +9,8 @@
 //!   of disk writes takes CPU time from the guest, which stalled appends for tens of ms.
 //! - Sync flush: whoever appends also syncs once (see `group_commit.rs`), or leaves it to the
 //!   store's sync thread: it takes every batch of completions waiting, fsyncs once up to the
-//!   highest position among them (group commit), and completes them all (`complete_synced`). A thread checkpoints every
+//!   highest position among them (group commit), and completes them all
+//!   (`group_commit::complete_synced`). A thread checkpoints every
 //!   `SYNC_CHECKPOINT_INTERVAL`, so that ConsumeQueue fsyncs never delay acks.
 //!
 //! Errors are not fatal here: an fsync that fails is retried on the next round, and sync
@@ -19,10 +20,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::group_commit::SyncBatch;
 use super::Durability;
-use crate::log::Log;
-use crate::types::FlushStatus;
 
 pub const PAGE_BYTES: u64 = 4096;
 /// RocketMQ's flushPhysicQueueThoroughInterval.
@@ -73,28 +71,6 @@ pub fn run_async(
         }
         // A failed checkpoint leaves the previous one, which is still true; retry next round.
         let _ = durability.write_checkpoint();
-    }
-}
-
-/// One group commit: fsyncs the CommitLog up to the highest position in `batches`, then
-/// completes them all (as `TimedOut` past their deadline, when the fsync failed, or when any
-/// CommitLog fsync failed since the batch was written: written, durability unknown). Leaves
-/// `batches` empty.
-pub fn complete_synced(log: &Log, batches: &mut Vec<SyncBatch>) {
-    let target = batches.iter().map(|b| b.end_position).max().unwrap_or(0);
-    let flushed = log.flush(target).is_ok();
-    let failures = log.fsync_failures();
-    let now = Instant::now();
-    for batch in batches.drain(..) {
-        let flush = if flushed && now <= batch.deadline && batch.failures_before == failures {
-            FlushStatus::Ok
-        } else {
-            FlushStatus::TimedOut
-        };
-        for (done, mut outcome) in batch.completions {
-            outcome.flush = flush;
-            done(Ok(outcome));
-        }
     }
 }
 

@@ -197,7 +197,7 @@ ext_header!(GetConsumerRunningInfoRequestHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::ExtFields;
+    use crate::ext::ExtFields;
 
     #[test]
     fn create_topic_defaults_apply() {

@@ -51,7 +51,7 @@ ext_header!(GetConsumeStatsRequestHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::ExtFields;
+    use crate::ext::ExtFields;
 
     #[test]
     fn send_back_reads_java_fields_and_defaults() {

@@ -23,7 +23,8 @@ pub use pull::*;
 pub use send::*;
 pub use transaction::*;
 
-use crate::frame::{Command, ExtFields};
+use crate::command::Command;
+use crate::ext::ExtFields;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HeaderError {
@@ -130,11 +131,11 @@ impl ExtFields {
 macro_rules! ext_header {
     ($ty:ident { $($field:ident : $kind:ident $key:literal $(= $default:expr)?),* $(,)? }) => {
         impl $ty {
-            pub fn from_ext(ext: &$crate::frame::ExtFields) -> Result<Self, $crate::header::HeaderError> {
+            pub fn from_ext(ext: &$crate::ext::ExtFields) -> Result<Self, $crate::header::HeaderError> {
                 Ok($ty { $($field: ext_header!(@read ext, $kind, $key $(, $default)?),)* })
             }
-            pub fn to_ext(&self) -> $crate::frame::ExtFields {
-                let mut ext = $crate::frame::ExtFields::new();
+            pub fn to_ext(&self) -> $crate::ext::ExtFields {
+                let mut ext = $crate::ext::ExtFields::new();
                 $(ext_header!(@write ext, $kind, $key, &self.$field);)*
                 ext
             }
@@ -177,7 +178,7 @@ mod tests {
 
     #[test]
     fn missing_ext_is_reported() {
-        let cmd = Command::request(34, crate::frame::Encoding::Json);
+        let cmd = Command::request(34, crate::command::Encoding::Json);
         assert_eq!(ext_or_err(&cmd), Err(HeaderError::NoExt));
     }
 }

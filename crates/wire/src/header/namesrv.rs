@@ -82,7 +82,7 @@ ext_header!(KvConfigHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::ExtFields;
+    use crate::ext::ExtFields;
 
     #[test]
     fn register_broker_from_capture_parses() {

@@ -82,7 +82,7 @@ ext_header!(TimestampResponseHeader { timestamp: req "timestamp" });
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::ExtFields;
+    use crate::ext::ExtFields;
 
     #[test]
     fn offset_headers_round_trip() {

@@ -64,7 +64,7 @@ ext_header!(PullMessageResponseHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::ExtFields;
+    use crate::ext::ExtFields;
     use crate::header::HeaderError;
 
     #[test]

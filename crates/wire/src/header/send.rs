@@ -1,7 +1,7 @@
 //! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and their response.
 
 use super::{ExtValue, HeaderError};
-use crate::frame::ExtFields;
+use crate::ext::ExtFields;
 
 /// The send request header. Code 10 uses the Java field names; 310/320 carry the same data
 /// under the one-letter keys `a`..`m` of `SendMessageRequestHeaderV2`.

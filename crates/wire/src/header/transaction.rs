@@ -61,7 +61,7 @@ ext_header!(CheckTransactionStateRequestHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::ExtFields;
+    use crate::ext::ExtFields;
 
     #[test]
     fn a_java_end_transaction_header_reads_and_writes_back() {

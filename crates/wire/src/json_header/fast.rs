@@ -10,8 +10,8 @@
 
 use bytes::Bytes;
 
+use crate::command::{Command, Encoding, LanguageCode};
 use crate::ext::{ExtFields, FrameValue};
-use crate::frame::{Command, Encoding, LanguageCode};
 
 pub(super) fn decode(header: &Bytes) -> Option<Command> {
     // Every range taken below is then UTF-8: it starts and ends at ASCII quotes.
@@ -282,7 +282,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn both(text: &[u8]) -> (Option<Command>, Result<Command, crate::frame::FrameError>) {
+    fn both(
+        text: &[u8],
+    ) -> (
+        Option<Command>,
+        Result<Command, crate::frame_error::FrameError>,
+    ) {
         let header = Bytes::copy_from_slice(text);
         (decode(&header), super::super::decode_general(&header))
     }
