@@ -8,6 +8,7 @@
 //! `locks::QueueLocks` and `delay::DelayOffsets` (whose task moves delayed messages to their
 //! topic when due). Nothing below `start` depends on it.
 
+pub mod background;
 pub mod clients;
 mod clock;
 pub mod config;
@@ -22,10 +23,8 @@ pub mod long_poll;
 pub mod offsets;
 mod outbound;
 pub mod pop;
-pub mod pop_revive;
 mod registration;
 pub mod replica_meta;
-pub mod schedule;
 pub mod server;
 mod start;
 pub mod state;

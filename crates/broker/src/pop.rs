@@ -22,13 +22,6 @@ use quiver_wire::body::{
 };
 use serde::{Deserialize, Serialize};
 
-/// Messages handed out and not acknowledged, per queue of a group (`popInflightMaxPerQueue`):
-/// past it the queue is skipped by pops (POLLING_FULL when nothing else is found) until acks
-/// or revives free room.
-pub const IN_FLIGHT_MAX_PER_QUEUE: usize = 20_000;
-/// The same for all queues of one group (`popInflightMaxPerGroup`).
-pub const IN_FLIGHT_MAX_PER_GROUP: usize = 200_000;
-
 /// The in-flight limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

@@ -11,11 +11,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::background::Owner;
 use crate::clock::now_ms;
 use crate::config::{BrokerConfig, BrokerRole, RetentionRound};
 use crate::ha;
 use crate::registration;
-use crate::schedule::Owner;
 use crate::state::{Broker, Persisted, StateError};
 
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
@@ -138,15 +138,17 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             // A slave delivers no delayed, revived, checked or timer messages: its master does,
             // and it copies the result and the master's progress.
             let mut owners: Vec<Box<dyn Owner>> = vec![
-                Box::new(crate::delay::DelayDelivery::default()),
-                Box::new(crate::pop_revive::PopRevive::default()),
-                Box::new(crate::transaction::TransactionCheck::default()),
+                Box::new(crate::background::delay::DelayDelivery::default()),
+                Box::new(crate::background::pop_revive::PopRevive::default()),
+                Box::new(crate::background::transaction_check::TransactionCheck::default()),
             ];
             if broker.config.timer_wheel_enable {
-                owners.push(Box::new(crate::timer::TimerDelivery::new()));
+                owners.push(Box::new(
+                    crate::background::timer_wheel::TimerDelivery::new(),
+                ));
             }
             background = Some(
-                crate::schedule::spawn(broker.clone(), owners)
+                crate::background::spawn(broker.clone(), owners)
                     .map_err(|e| StartError::Thread(e.to_string()))?,
             );
             tasks.push(tokio::spawn(ha::master::serve(

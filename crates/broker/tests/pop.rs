@@ -6,8 +6,8 @@
 mod harness;
 
 use harness::{field, messages, options, Harness};
+use quiver_broker::background::pop_revive::revive_due;
 use quiver_broker::pop::retry_topic;
-use quiver_broker::pop_revive::revive_due;
 use quiver_testkit::SendOptions;
 use quiver_wire::body::{self, QueryAssignmentResponseBody};
 use quiver_wire::code::{request_code, response_code};

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::{field, options, Harness};
-use quiver_broker::delay::{self, SCHEDULE_TOPIC};
+use quiver_broker::background::delay::deliver_due;
+use quiver_broker::delay::SCHEDULE_TOPIC;
 use quiver_broker::replica_meta::{self, CopyError, MasterMeta};
 use quiver_broker::topic::{topic_config, AUTO_CREATE_TOPIC};
 use quiver_broker::BrokerConfig;
@@ -78,7 +79,7 @@ async fn master() -> Harness {
     };
     h.send("Orders", b"later", &level_2).await;
     h.advance(5_000);
-    delay::deliver_due(&h.broker, h.now_ms);
+    deliver_due(&h.broker, h.now_ms);
     h
 }
 

@@ -6,7 +6,8 @@
 mod harness;
 
 use harness::{field, messages, options, Harness};
-use quiver_broker::timer::{record_master_progress, Progress, Wheel, TIMER_TOPIC};
+use quiver_broker::background::timer_wheel::Wheel;
+use quiver_broker::timer::{record_master_progress, Progress, TIMER_TOPIC};
 use quiver_testkit::SendOptions;
 use quiver_wire::code::response_code;
 use quiver_wire::message::{property, StoredMessage};

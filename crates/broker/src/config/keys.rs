@@ -804,11 +804,11 @@ pub(super) static KEYS: &[Key] = &[
         doc: "The delay levels of DELAY sends and consumer retries: level n waits the nth \
               duration (`s`, `m`, `h`, `d`).",
         read: |reading, field| {
-            let levels = crate::delay::parse_levels(field.value);
+            let levels = super::delay_levels::parse_levels(field.value);
             reading.config.delay_levels_ms = levels.map_err(|allowed| field.invalid(allowed))?;
             Ok(())
         },
-        print: |printing| crate::delay::format_levels(&printing.config.delay_levels_ms),
+        print: |printing| super::delay_levels::format_levels(&printing.config.delay_levels_ms),
     },
     Key {
         name: "timerWheelEnable",

@@ -7,6 +7,7 @@
 //! `broker.conf` lines and prints the configuration in effect through it, `field.rs` holds the
 //! value readers the keys share, and `document.rs` renders `docs/configuration.md` from it.
 
+pub mod delay_levels;
 #[cfg(test)]
 mod document;
 mod field;
@@ -23,6 +24,40 @@ pub enum BrokerRole {
     AsyncMaster,
     SyncMaster,
     Slave,
+}
+
+/// RocketMQ's default `timerMaxDelaySec`: 3 days.
+pub const TIMER_MAX_DELAY_SEC_DEFAULT: u64 = 3 * 24 * 3_600;
+/// Messages handed out and not acknowledged, per queue of a group (`popInflightMaxPerQueue`):
+/// past it the queue is skipped by pops (POLLING_FULL when nothing else is found) until acks
+/// or revives free room.
+pub const POP_IN_FLIGHT_MAX_PER_QUEUE: usize = 20_000;
+/// The same for all queues of one group (`popInflightMaxPerGroup`).
+pub const POP_IN_FLIGHT_MAX_PER_GROUP: usize = 200_000;
+
+/// RocketMQ's BrokerConfig defaults.
+pub const TRANSACTION_TIMEOUT_MS_DEFAULT: u64 = 6_000;
+pub const TRANSACTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 30_000;
+pub const TRANSACTION_CHECK_MAX_DEFAULT: u32 = 15;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckConfig {
+    /// `transactionTimeOut`: a half younger than this (by born time) is not checked.
+    pub timeout_ms: u64,
+    /// `transactionCheckInterval`: time between check rounds.
+    pub interval_ms: u64,
+    /// `transactionCheckMax`: checks per half before it is moved aside.
+    pub check_max: u32,
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        CheckConfig {
+            timeout_ms: TRANSACTION_TIMEOUT_MS_DEFAULT,
+            interval_ms: TRANSACTION_CHECK_INTERVAL_MS_DEFAULT,
+            check_max: TRANSACTION_CHECK_MAX_DEFAULT,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +144,7 @@ pub struct BrokerConfig {
     /// `transactionTimeOut`, `transactionCheckInterval`, `transactionCheckMax`: a half message
     /// unresolved this long (ms) is checked with its producer, every interval (ms), at most
     /// this many times; see `transaction/`.
-    pub transaction: crate::transaction::CheckConfig,
+    pub transaction: CheckConfig,
 }
 
 impl Default for BrokerConfig {
@@ -160,16 +195,16 @@ impl Default for BrokerConfig {
             disk_max_used_ratio_percent: 75,
             connections_max: 10_000,
             requests_in_flight_per_connection_max: 4_096,
-            delay_levels_ms: crate::delay::DEFAULT_LEVELS_MS.to_vec(),
+            delay_levels_ms: delay_levels::DEFAULT_LEVELS_MS.to_vec(),
             timer_wheel_enable: true,
-            timer_max_delay_sec: crate::timer::MAX_DELAY_SEC_DEFAULT,
-            pop_in_flight_max_per_queue: crate::pop::IN_FLIGHT_MAX_PER_QUEUE,
-            pop_in_flight_max_per_group: crate::pop::IN_FLIGHT_MAX_PER_GROUP,
+            timer_max_delay_sec: TIMER_MAX_DELAY_SEC_DEFAULT,
+            pop_in_flight_max_per_queue: POP_IN_FLIGHT_MAX_PER_QUEUE,
+            pop_in_flight_max_per_group: POP_IN_FLIGHT_MAX_PER_GROUP,
             non_persistent_topics: Vec::new(),
             non_persistent_queue_bytes: 16 * 1024 * 1024,
             non_persistent_bytes_max: 256 * 1024 * 1024,
             enable_property_filter: false,
-            transaction: crate::transaction::CheckConfig::default(),
+            transaction: CheckConfig::default(),
         }
     }
 }

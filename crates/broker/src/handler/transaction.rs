@@ -53,7 +53,8 @@ pub fn end_transaction(call: &Call, request: &Command) -> Handled {
             }
         }
     }
-    match transaction::op_record(broker, half_offset, call.now_ms) {
+    let uniq_key = broker.new_uniq_id(call.now_ms);
+    match transaction::op_record(broker.store_host, uniq_key, half_offset, call.now_ms) {
         Ok(record) => records.push(record),
         Err(error) => {
             broker.transactions.abandoned(half_offset);

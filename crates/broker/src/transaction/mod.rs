@@ -29,19 +29,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use quiver_store::{ReadStatus, Record, Store};
-use quiver_wire::code::request_code;
-use quiver_wire::header::CheckTransactionStateRequestHeader;
 use quiver_wire::message::{property, sys_flag, StoredMessage};
-use quiver_wire::{Command, Encoding};
 
 use crate::offsets::ConsumerOffsets;
-use crate::state::Broker;
 use crate::stored;
-use crate::topic::{topic_config, PERM_READ, PERM_WRITE};
-
-mod check;
-
-pub use check::{check_round, CheckReport, TransactionCheck};
 
 pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
 pub const OP_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
@@ -50,42 +41,11 @@ pub const CHECK_MAX_TOPIC: &str = "TRANS_CHECK_MAX_TIME_TOPIC";
 pub const SYSTEM_GROUP: &str = "CID_RMQ_SYS_TRANS";
 /// The tag of an op record.
 const REMOVE_TAG: &str = "d";
-/// How often the progress is put in the offset table (which is persisted every 5 s).
-const PROGRESS_INTERVAL_MS: u64 = 1_000;
-/// Undecided halves one check round reads at most; the rest wait for the next round.
-const HALVES_PER_ROUND_MAX: usize = 10_000;
 const READ_MESSAGES_MAX: u32 = 64;
 const READ_BYTES_MAX: u32 = 4 * 1024 * 1024;
 /// Op offsets per entry of the op records' index: the op offset kept as progress is rounded
 /// down to a chunk, which costs reading at most this many more op records at start.
 const OP_CHUNK_RECORDS: u64 = 1_024;
-/// Committed copies looked at per half when searching for one.
-const COPIES_SEARCHED_MAX: usize = 32;
-
-/// RocketMQ's BrokerConfig defaults.
-pub const TIMEOUT_MS_DEFAULT: u64 = 6_000;
-pub const CHECK_INTERVAL_MS_DEFAULT: u64 = 30_000;
-pub const CHECK_MAX_DEFAULT: u32 = 15;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckConfig {
-    /// `transactionTimeOut`: a half younger than this (by born time) is not checked.
-    pub timeout_ms: u64,
-    /// `transactionCheckInterval`: time between check rounds.
-    pub interval_ms: u64,
-    /// `transactionCheckMax`: checks per half before it is moved aside.
-    pub check_max: u32,
-}
-
-impl Default for CheckConfig {
-    fn default() -> Self {
-        CheckConfig {
-            timeout_ms: TIMEOUT_MS_DEFAULT,
-            interval_ms: CHECK_INTERVAL_MS_DEFAULT,
-            check_max: CHECK_MAX_DEFAULT,
-        }
-    }
-}
 
 /// Turns a message sent with TRAN_MSG=true into its half form, as RocketMQ's
 /// `parseHalfMessageInner` does: `__transactionId__` set to its UNIQ_KEY, the real topic and
@@ -111,7 +71,7 @@ pub fn to_half(message: &mut StoredMessage) {
 }
 
 /// The half's real topic and queue, or why it has none.
-fn real_queue(half: &StoredMessage) -> Result<(String, i32), String> {
+pub(crate) fn real_queue(half: &StoredMessage) -> Result<(String, i32), String> {
     let topic = half
         .property(property::REAL_TOPIC)
         .filter(|t| !t.is_empty())
@@ -149,12 +109,17 @@ pub fn committed_record(
 }
 
 /// The op record that marks the half at `half_offset` decided.
-pub fn op_record(broker: &Broker, half_offset: u64, now_ms: i64) -> Result<Record, String> {
+pub fn op_record(
+    store_host: std::net::SocketAddr,
+    uniq_key: String,
+    half_offset: u64,
+    now_ms: i64,
+) -> Result<Record, String> {
     let mut properties = String::new();
     for (name, value) in [
         (property::TAGS, REMOVE_TAG.to_string()),
         (property::WAIT, "true".to_string()),
-        (property::UNIQ_KEY, broker.new_uniq_id(now_ms)),
+        (property::UNIQ_KEY, uniq_key),
     ] {
         properties = stored::with_property(&properties, name, &value);
     }
@@ -165,9 +130,9 @@ pub fn op_record(broker: &Broker, half_offset: u64, now_ms: i64) -> Result<Recor
         physical_offset: 0,
         sys_flag: 0,
         born_timestamp: now_ms,
-        born_host: broker.store_host,
+        born_host: store_host,
         store_timestamp: now_ms,
-        store_host: broker.store_host,
+        store_host,
         reconsume_times: 0,
         prepared_transaction_offset: 0,
         body: format!("{half_offset},").into_bytes().into(),
@@ -374,7 +339,7 @@ impl Transactions {
     }
 
     /// Counts a check sent for the half; returns how many were sent before it.
-    fn count_check(&self, half_offset: u64) -> u32 {
+    pub fn count_check(&self, half_offset: u64) -> u32 {
         let mut state = self.lock();
         let times = state.checks.entry(half_offset).or_default();
         let before = *times;
@@ -382,7 +347,7 @@ impl Transactions {
         before
     }
 
-    fn checks_sent(&self, half_offset: u64) -> u32 {
+    pub fn checks_sent(&self, half_offset: u64) -> u32 {
         self.lock().checks.get(&half_offset).copied().unwrap_or(0)
     }
 }
@@ -445,7 +410,11 @@ impl OffsetRanges {
 
 /// The messages of queue 0 of a transaction topic from `offset`, and the offset after them
 /// (past a gap, with no messages); None when nothing more can be read now.
-fn read_from(store: &Store, topic: &str, offset: u64) -> Option<(Vec<StoredMessage>, u64)> {
+pub(crate) fn read_from(
+    store: &Store,
+    topic: &str,
+    offset: u64,
+) -> Option<(Vec<StoredMessage>, u64)> {
     let read = match store.read(topic, 0, offset, READ_MESSAGES_MAX, READ_BYTES_MAX, &|_| {
         true
     }) {

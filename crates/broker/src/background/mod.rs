@@ -1,7 +1,8 @@
 //! The broker's background work, as owners that step and one scheduler that drives them.
 //!
 //! Delayed delivery (`delay.rs`), pop revive (`pop_revive.rs`), the transaction check
-//! (`transaction/check.rs`) and the timer wheel (`timer.rs`) each own their progress and expose
+//! (`transaction_check.rs`) and the timer wheel (`timer_wheel.rs`) each own their progress and
+//! expose
 //! `Owner::step`: given the time, it looks at the state and returns the work to do (records to
 //! append, requests to send, a snapshot to write) without doing any of it, as raft-rs's `Ready`
 //! does. The scheduler (`run`) is the one place that reads the clock for them: on a thread of
@@ -9,6 +10,11 @@
 //! never hold a runtime worker, it steps each owner when its period comes round, carries out
 //! what the step returned in order, and tells the owner what became of each append
 //! (`Owner::stored`) so that its progress moves only past what the store holds.
+
+pub mod delay;
+pub mod pop_revive;
+pub mod timer_wheel;
+pub mod transaction_check;
 
 use std::io;
 use std::sync::mpsc;

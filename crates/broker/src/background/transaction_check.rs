@@ -3,10 +3,29 @@
 //! of the group about one past its time (CHECK_TRANSACTION_STATE), and moves one checked
 //! `transactionCheckMax` times to `TRANS_CHECK_MAX_TIME_TOPIC`.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use quiver_store::Record;
+use quiver_wire::code::request_code;
+use quiver_wire::header::CheckTransactionStateRequestHeader;
+use quiver_wire::message::{property, sys_flag, StoredMessage};
+use quiver_wire::{Command, Encoding};
+
+use super::{run_step, Owner, Ready};
+use crate::config::CheckConfig;
 use crate::connection::Connection;
-use crate::schedule::{run_step, Owner, Ready};
+use crate::state::Broker;
+use crate::stored;
+use crate::topic::{topic_config, PERM_READ, PERM_WRITE};
+use crate::transaction::{op_record, read_from, real_queue, CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC};
 use quiver_store::{AppendError, AppendOutcome};
+
+/// How often the progress is put in the offset table (which is persisted every 5 s).
+const PROGRESS_INTERVAL_MS: u64 = 1_000;
+/// Undecided halves one check round reads at most; the rest wait for the next round.
+const HALVES_PER_ROUND_MAX: usize = 10_000;
+/// Committed copies looked at per half when searching for one.
+const COPIES_SEARCHED_MAX: usize = 32;
 
 /// The transaction check as a background owner (`schedule.rs`): a round every
 /// `transactionCheckInterval` (the first one interval after start: a round at once would find
@@ -135,7 +154,8 @@ impl TransactionCheck {
         if !broker.transactions.claim(half_offset, op_end) {
             return;
         }
-        match op_record(broker, half_offset, now_ms) {
+        let uniq_key = broker.new_uniq_id(now_ms);
+        match op_record(broker.store_host, uniq_key, half_offset, now_ms) {
             Ok(record) => records.push(record),
             Err(error) => {
                 broker.transactions.abandoned(half_offset);

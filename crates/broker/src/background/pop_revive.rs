@@ -6,8 +6,8 @@
 use quiver_store::{AppendError, AppendOutcome, ReadStatus};
 use quiver_wire::message::{property, StoredMessage};
 
+use super::{run_step, Owner, Ready};
 use crate::pop::{retry_topic, QueueKey, RETRY_MAX_DEFAULT};
-use crate::schedule::{run_step, Owner, Ready};
 use crate::state::Broker;
 use crate::stored;
 use crate::topic::{topic_config, DLQ_PREFIX, PERM_READ, PERM_WRITE};
