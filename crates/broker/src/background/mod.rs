@@ -2,10 +2,9 @@
 //!
 //! Delayed delivery (`delay.rs`), pop revive (`pop_revive.rs`), the transaction check
 //! (`transaction_check.rs`) and the timer wheel (`timer_wheel.rs`) each own their progress and
-//! expose
-//! `Owner::step`: given the time, it looks at the state and returns the work to do (records to
-//! append, requests to send, a snapshot to write) without doing any of it, as raft-rs's `Ready`
-//! does. The scheduler (`run`) is the one place that reads the clock for them: on a thread of
+//! expose `Owner::step`: given the time, it looks at the state and returns the work to do
+//! (records to append, requests to send, a snapshot to write) without doing any of it, as
+//! raft-rs's `Ready` does. The scheduler (`run`) is the one place that reads the clock for them: on a thread of
 //! its own, so that their appends (which wait for fsyncs with sync flush) and snapshot writes
 //! never hold a runtime worker, it steps each owner when its period comes round, carries out
 //! what the step returned in order, and tells the owner what became of each append
