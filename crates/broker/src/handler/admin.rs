@@ -12,6 +12,7 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
+use crate::state::Broker;
 use crate::topic::{
     is_system_topic, validate_topic_name, PERSISTENCE_ATTRIBUTE, PERSISTENCE_DISK,
     PERSISTENCE_MEMORY,
@@ -183,92 +184,104 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
 /// The figures `mqadmin clusterList` and `brokerStatus` print.
 pub fn runtime_info(call: &Call, request: &Command) -> Handled {
     let broker = call.broker;
-    let stats = broker.store.stats();
-    let put_total = broker.counters.messages_put.load(Ordering::Relaxed);
-    let got_total = broker.counters.messages_got.load(Ordering::Relaxed);
-    let tps = broker.counters.all_tps();
-    let (put_tps, got_tps) = (tps.put, tps.got);
-    // RocketMQ reports each as "10 s, 60 s, 600 s" rates; one sampling period stands for all
-    // three here.
-    let three = |rate: f64| format!("{rate:.2} {rate:.2} {rate:.2}");
-    let uptime_s = (call.now_ms - broker.started_ms).max(0) / 1000;
-    let (producers, consumers) = broker.clients.counts();
     let mut table = BTreeMap::new();
+    put_traffic(broker, &mut table);
+    put_storage(broker, &mut table);
+    put_process(broker, call.now_ms, &mut table);
+    let body = body::to_json(&KvTable { table });
+    answer(request.response_to(response_code::SUCCESS).with_body(body))
+}
+
+/// Rates and totals of messages put and got.
+fn put_traffic(broker: &Broker, table: &mut BTreeMap<String, String>) {
     let mut put = |key: &str, value: String| {
         table.insert(key.to_string(), value);
     };
-    put(
-        "brokerVersionDesc",
-        format!("quiver {}", env!("CARGO_PKG_VERSION")),
-    );
-    put("brokerVersion", quiver_wire::SERVER_VERSION.to_string());
-    put("brokerActive", "true".into());
-    put("putTps", three(put_tps));
-    put("getTransferredTps", three(got_tps));
+    let put_total = broker.counters.messages_put.load(Ordering::Relaxed);
+    let got_total = broker.counters.messages_got.load(Ordering::Relaxed);
+    let tps = broker.counters.all_tps();
+    // RocketMQ reports each as "10 s, 60 s, 600 s" rates; one sampling period stands for all
+    // three here.
+    let three = |rate: f64| format!("{rate:.2} {rate:.2} {rate:.2}");
+    put("putTps", three(tps.put));
+    put("getTransferredTps", three(tps.got));
     put("getTotalTps", three(tps.pulls));
     put("getFoundTps", three(tps.pulls_found));
     put("getMissTps", three((tps.pulls - tps.pulls_found).max(0.0)));
     put("msgPutTotalTodayNow", put_total.to_string());
     put("msgGetTotalTodayNow", got_total.to_string());
     // Daily counters reset at midnight in Java; we count since start and report that.
-    put("msgPutTotalTodayMorning", "0".into());
-    put("msgGetTotalTodayMorning", "0".into());
-    put("msgPutTotalYesterdayMorning", "0".into());
-    put("msgGetTotalYesterdayMorning", "0".into());
+    for key in [
+        "msgPutTotalTodayMorning",
+        "msgGetTotalTodayMorning",
+        "msgPutTotalYesterdayMorning",
+        "msgGetTotalYesterdayMorning",
+    ] {
+        put(key, "0".into());
+    }
+}
+
+/// The CommitLog, the slaves, the rings of non-persistent topics and the timer wheel.
+fn put_storage(broker: &Broker, table: &mut BTreeMap<String, String>) {
+    let mut put = |key: &str, value: String| {
+        table.insert(key.to_string(), value);
+    };
+    let stats = broker.store.stats();
     put("commitLogMinOffset", stats.min_position.to_string());
     put("commitLogMaxOffset", stats.written_position.to_string());
     put("flushedPosition", stats.flushed_position.to_string());
     // A master's slaves: how many follow it, and the highest position one has confirmed.
     put("haConnectionCount", broker.replication.slaves().to_string());
-    put(
-        "haSlaveAckOffset",
-        broker.replication.confirmed_position().to_string(),
-    );
+    let confirmed = broker.replication.confirmed_position();
+    put("haSlaveAckOffset", confirmed.to_string());
     // Non-persistent topics: bytes in their rings, and messages dropped (evicted from a full
     // ring, and skipped by groups that fell behind it).
     let (memory_bytes, drops) = broker.store.memory_usage();
     put("nonPersistentBytes", memory_bytes.to_string());
-    put(
-        "nonPersistentEvicted",
-        drops.values().map(|d| d.evicted).sum::<u64>().to_string(),
-    );
-    put(
-        "nonPersistentSkipped",
-        drops
-            .values()
-            .flat_map(|d| d.skipped_by_group.values())
-            .sum::<u64>()
-            .to_string(),
-    );
-    put(
-        "timerPendingInMemory",
-        broker
-            .counters
-            .timer_pending
-            .load(Ordering::Relaxed)
-            .to_string(),
-    );
-    put("sendThreadPoolQueueSize", "0".into());
-    put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());
-    put("pullThreadPoolQueueSize", "0".into());
-    put("pullThreadPoolQueueHeadWaitTimeMills", "0".into());
-    put("pageCacheLockTimeMills", "0".into());
+    let evicted: u64 = drops.values().map(|d| d.evicted).sum();
+    put("nonPersistentEvicted", evicted.to_string());
+    let skipped: u64 = drops
+        .values()
+        .flat_map(|d| d.skipped_by_group.values())
+        .sum();
+    put("nonPersistentSkipped", skipped.to_string());
+    let timer_pending = broker.counters.timer_pending.load(Ordering::Relaxed);
+    put("timerPendingInMemory", timer_pending.to_string());
+}
+
+/// The version, the clients, parked pulls and how long the broker has run. RocketMQ's thread
+/// pool figures are 0: requests wait in no pool here.
+fn put_process(broker: &Broker, now_ms: i64, table: &mut BTreeMap<String, String>) {
+    let mut put = |key: &str, value: String| {
+        table.insert(key.to_string(), value);
+    };
+    let version = format!("quiver {}", env!("CARGO_PKG_VERSION"));
+    put("brokerVersionDesc", version);
+    put("brokerVersion", quiver_wire::SERVER_VERSION.to_string());
+    put("brokerActive", "true".into());
+    for key in [
+        "sendThreadPoolQueueSize",
+        "sendThreadPoolQueueHeadWaitTimeMills",
+        "pullThreadPoolQueueSize",
+        "pullThreadPoolQueueHeadWaitTimeMills",
+        "pageCacheLockTimeMills",
+    ] {
+        put(key, "0".into());
+    }
+    let (producers, consumers) = broker.clients.counts();
     put("parkedPulls", broker.waiters.parked().to_string());
     put("producerClients", producers.to_string());
     put("consumerClients", consumers.to_string());
     put("bootTimestamp", broker.started_ms.to_string());
-    put(
-        "runtime",
-        format!(
-            "[ {} days, {} hours, {} minutes, {} seconds ]",
-            uptime_s / 86_400,
-            uptime_s / 3_600 % 24,
-            uptime_s / 60 % 60,
-            uptime_s % 60
-        ),
+    let uptime_s = (now_ms - broker.started_ms).max(0) / 1000;
+    let runtime = format!(
+        "[ {} days, {} hours, {} minutes, {} seconds ]",
+        uptime_s / 86_400,
+        uptime_s / 3_600 % 24,
+        uptime_s / 60 % 60,
+        uptime_s % 60
     );
-    let body = body::to_json(&KvTable { table });
-    answer(request.response_to(response_code::SUCCESS).with_body(body))
+    put("runtime", runtime);
 }
 
 /// The configuration in effect as `key=value` lines, the body `mqadmin getBrokerConfig` reads

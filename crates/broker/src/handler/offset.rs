@@ -2,6 +2,8 @@
 //! SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME, and an admin's reset of a group's
 //! offsets (INVOKE_BROKER_TO_RESET_OFFSET).
 
+use std::collections::BTreeMap;
+
 use quiver_store::Boundary;
 use quiver_wire::body::MessageQueue;
 use quiver_wire::code::{request_code, response_code};
@@ -217,66 +219,100 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
             remark,
         ));
     }
-    let mut targets = std::collections::BTreeMap::new();
-    if header.queue_id >= 0 {
-        let queue = queue_id(header.queue_id)?;
-        let offset = match header.offset.filter(|offset| *offset != -1) {
-            Some(offset) => {
-                let bounds = broker.store.bounds(&header.topic, queue);
-                if offset < bounds.min_offset as i64 || offset > bounds.max_offset as i64 {
-                    let remark = format!(
-                        "Target offset {offset} not in consume queue range [{}-{}]",
-                        bounds.min_offset, bounds.max_offset
-                    );
-                    return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
-                }
-                offset
-            }
-            None => offset_at(broker, &header.topic, queue, header.timestamp)?,
-        };
-        targets.insert(header.queue_id, offset);
-    } else {
-        for queue in 0..shape.read_queues.max(0) {
-            let offset = offset_at(broker, &header.topic, queue as u32, header.timestamp)?;
-            targets.insert(queue, offset);
-        }
-    }
+    let targets = reset_targets(broker, &header, shape.read_queues)?;
     if targets.is_empty() {
         return Err(Refusal::new(
             response_code::SYSTEM_ERROR,
             "No queues to reset.",
         ));
     }
-    let queue_of = |queue_id: i32| MessageQueue {
-        topic: header.topic.clone(),
+    if broker.config.use_server_side_reset_offset {
+        return answer(reset_on_the_broker(broker, request, &header, &targets));
+    }
+    reset_by_the_consumers(broker, request, &header, &targets)
+}
+
+/// Queue id -> the offset a reset moves it to: the one the request names (which must be within
+/// the queue), or the first stored at or after its timestamp, for one queue or all.
+fn reset_targets(
+    broker: &crate::state::Broker,
+    header: &ResetOffsetRequestHeader,
+    read_queues: i32,
+) -> Result<BTreeMap<i32, i64>, Refusal> {
+    let mut targets = BTreeMap::new();
+    if header.queue_id < 0 {
+        for queue in 0..read_queues.max(0) {
+            let offset = offset_at(broker, &header.topic, queue as u32, header.timestamp)?;
+            targets.insert(queue, offset);
+        }
+        return Ok(targets);
+    }
+    let queue = queue_id(header.queue_id)?;
+    let offset = match header.offset.filter(|offset| *offset != -1) {
+        Some(offset) => {
+            let bounds = broker.store.bounds(&header.topic, queue);
+            if offset < bounds.min_offset as i64 || offset > bounds.max_offset as i64 {
+                let remark = format!(
+                    "Target offset {offset} not in consume queue range [{}-{}]",
+                    bounds.min_offset, bounds.max_offset
+                );
+                return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+            }
+            offset
+        }
+        None => offset_at(broker, &header.topic, queue, header.timestamp)?,
+    };
+    targets.insert(header.queue_id, offset);
+    Ok(targets)
+}
+
+fn reset_queue(broker: &crate::state::Broker, topic: &str, queue_id: i32) -> MessageQueue {
+    MessageQueue {
+        topic: topic.to_string(),
         broker_name: broker.config.broker_name.clone(),
         queue_id,
-    };
-    if broker.config.use_server_side_reset_offset {
-        let mut body = ResetOffsetBody::default();
-        let mut pop_cursors = 0;
-        for (&queue, &offset) in &targets {
-            broker
-                .offsets
-                .assign_reset(&header.topic, &header.group, queue, offset);
-            let key = QueueKey {
-                group: header.group.clone(),
-                topic: header.topic.clone(),
-                queue_id: queue,
-            };
-            pop_cursors += usize::from(broker.pop.reset(&key, offset.max(0) as u64));
-            body.offset_table.insert(queue_of(queue), offset);
-        }
-        tracing::info!(topic = %header.topic, group = %header.group, queues = targets.len(), pop_cursors, timestamp = header.timestamp, "consumer offsets reset");
-        return answer(
-            request
-                .response_to(response_code::SUCCESS)
-                .with_body(body.to_java_json()),
-        );
     }
-    // RocketMQ 4's way: the consumers move; the broker's table follows their next commits.
+}
+
+/// RocketMQ 5's way (`useServerSideResetOffset`): the stored offsets and the group's pop
+/// cursors move now, and each queue's next pull is told to move.
+fn reset_on_the_broker(
+    broker: &crate::state::Broker,
+    request: &Command,
+    header: &ResetOffsetRequestHeader,
+    targets: &BTreeMap<i32, i64>,
+) -> Command {
     let mut body = ResetOffsetBody::default();
-    for (&queue, &target) in &targets {
+    let mut pop_cursors = 0;
+    for (&queue, &offset) in targets {
+        broker
+            .offsets
+            .assign_reset(&header.topic, &header.group, queue, offset);
+        let key = QueueKey {
+            group: header.group.clone(),
+            topic: header.topic.clone(),
+            queue_id: queue,
+        };
+        pop_cursors += usize::from(broker.pop.reset(&key, offset.max(0) as u64));
+        body.offset_table
+            .insert(reset_queue(broker, &header.topic, queue), offset);
+    }
+    tracing::info!(topic = %header.topic, group = %header.group, queues = targets.len(), pop_cursors, timestamp = header.timestamp, "consumer offsets reset");
+    request
+        .response_to(response_code::SUCCESS)
+        .with_body(body.to_java_json())
+}
+
+/// RocketMQ 4's way: the consumers are told to move (only back, unless forced); the broker's
+/// table follows their next commits.
+fn reset_by_the_consumers(
+    broker: &crate::state::Broker,
+    request: &Command,
+    header: &ResetOffsetRequestHeader,
+    targets: &BTreeMap<i32, i64>,
+) -> Handled {
+    let mut body = ResetOffsetBody::default();
+    for (&queue, &target) in targets {
         let Some(committed) = broker.offsets.get(&header.topic, &header.group, queue) else {
             let remark = format!("THe consumer group <{}> not exist", header.group);
             return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
@@ -286,7 +322,8 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
         } else {
             committed
         };
-        body.offset_table.insert(queue_of(queue), offset);
+        body.offset_table
+            .insert(reset_queue(broker, &header.topic, queue), offset);
     }
     let consumers = broker.clients.consumers(&header.group);
     if consumers.is_empty() {

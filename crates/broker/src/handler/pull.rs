@@ -93,102 +93,14 @@ fn pull_once(
     header: &PullMessageRequestHeader,
     may_suspend: bool,
 ) -> Result<Outcome, Refusal> {
-    let Some(shape) = broker.topics.shape(&header.topic) else {
-        let remark = format!("topic[{}] not exist, apply first please!", header.topic);
-        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
-    };
-    if shape.perm & PERM_READ == 0 || broker.live.broker_permission() & PERM_READ == 0 {
-        let remark = format!("the topic[{}] pulling message is forbidden", header.topic);
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
-    }
-    if header.queue_id < 0 || header.queue_id >= shape.read_queues {
-        let remark = format!(
-            "queueId[{}] is illegal, topic {} has {} read queues",
-            header.queue_id, header.topic, shape.read_queues
-        );
-        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
-    }
-    // An admin reset this queue for the group (mqadmin resetOffsetByTime): the consumer is
-    // told to move to the reset offset, once, as RocketMQ's server-side reset does. The
-    // offset it piggybacks is from before the reset and is not committed.
+    let shape = readable_queue(broker, header)?;
     if may_suspend {
-        if let Some(offset) =
-            broker
-                .offsets
-                .take_reset(&header.topic, &header.consumer_group, header.queue_id)
-        {
-            let bounds = broker.store.bounds(&header.topic, header.queue_id as u32);
-            let response_header = PullMessageResponseHeader {
-                suggest_which_broker_id: 0,
-                next_begin_offset: offset,
-                min_offset: bounds.min_offset as i64,
-                max_offset: bounds.max_offset as i64,
-            };
-            return Ok(Outcome::Answer(
-                request
-                    .response_to(response_code::PULL_OFFSET_MOVED)
-                    .with_ext(response_header.to_ext()),
-            ));
+        if let Some(moved) = reset_answer(broker, request, header) {
+            return Ok(Outcome::Answer(moved));
         }
+        commit_piggybacked_offset(broker, header);
     }
-    // The offset the client piggybacks, once (the first pass is the one that may suspend), and
-    // only for a queue that exists: the table is persisted, and a refused pull leaves nothing.
-    if may_suspend
-        && header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0
-        && header.commit_offset >= 0
-    {
-        broker.offsets.commit(
-            &header.topic,
-            &header.consumer_group,
-            header.queue_id,
-            header.commit_offset,
-        );
-    }
-    let filter = filter_for(broker, header)?;
-    let max_messages = header.max_msg_nums.clamp(1, PULL_MESSAGES_MAX) as u32;
-    let max_bytes = header
-        .max_msg_bytes
-        .unwrap_or(PULL_BYTES_MAX)
-        .clamp(1, PULL_BYTES_MAX) as u32;
-    let below_zero = (header.queue_offset < 0)
-        .then(|| broker.store.bounds(&header.topic, header.queue_id as u32))
-        .filter(|bounds| bounds.max_offset > 0);
-    let read = if let Some(bounds) = below_zero {
-        // Below every offset, as a read under the queue's minimum: RocketMQ answers
-        // PULL_OFFSET_MOVED with the minimum to carry on from.
-        QueueRead {
-            status: ReadStatus::OffsetTooSmall,
-            bytes: Vec::new(),
-            message_count: 0,
-            next_offset: bounds.min_offset,
-            min_offset: bounds.min_offset,
-            max_offset: bounds.max_offset,
-            damage: None,
-        }
-    } else {
-        let queue_id = header.queue_id as u32;
-        let accept = |code: i64| filter.accepts_code(code);
-        let offset = header.queue_offset.max(0) as u64;
-        read_matching(
-            &filter,
-            offset,
-            max_messages,
-            max_bytes,
-            |from, count, bytes| {
-                let read = broker
-                    .store
-                    .read(&header.topic, queue_id, from, count, bytes, &accept)
-                    .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
-                if read.status == ReadStatus::OffsetTooSmall {
-                    let group = &header.consumer_group;
-                    broker
-                        .store
-                        .consumer_moved(&header.topic, queue_id, group, from);
-                }
-                Ok::<_, Refusal>(read)
-            },
-        )?
-    };
+    let read = read_queue(broker, header)?;
     if let Some(damage) = &read.damage {
         tracing::error!(
             topic = %header.topic,
@@ -198,13 +110,13 @@ fn pull_once(
             "damaged record not served; consumers move past it"
         );
     }
+    let suspends = may_suspend
+        && header.sys_flag & pull_sys_flag::SUSPEND != 0
+        && header.suspend_timeout_millis > 0;
     let code = match read.status {
         ReadStatus::Found => response_code::SUCCESS,
         ReadStatus::NoNewMessage | ReadStatus::NoMessageInQueue | ReadStatus::OffsetOverflowOne => {
-            if may_suspend
-                && header.sys_flag & pull_sys_flag::SUSPEND != 0
-                && header.suspend_timeout_millis > 0
-            {
+            if suspends {
                 return Ok(Outcome::Wait);
             }
             response_code::PULL_NOT_FOUND
@@ -214,14 +126,7 @@ fn pull_once(
             response_code::PULL_OFFSET_MOVED
         }
     };
-    broker
-        .counters
-        .messages_got
-        .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
-    broker.counters.pulls.fetch_add(1, Ordering::Relaxed);
-    if read.message_count > 0 {
-        broker.counters.pulls_found.fetch_add(1, Ordering::Relaxed);
-    }
+    count_pull(broker, &read);
     let response_header = PullMessageResponseHeader {
         suggest_which_broker_id: if shape.memory {
             // A slave holds none of a non-persistent topic's messages.
@@ -238,6 +143,129 @@ fn pull_once(
         response = response.with_body(read.bytes);
     }
     Ok(Outcome::Answer(response))
+}
+
+/// The pulled topic's shape, once the topic, its permission, the broker's and the queue id are
+/// checked as RocketMQ checks them.
+fn readable_queue(
+    broker: &Broker,
+    header: &PullMessageRequestHeader,
+) -> Result<crate::topic::TopicShape, Refusal> {
+    let Some(shape) = broker.topics.shape(&header.topic) else {
+        let remark = format!("topic[{}] not exist, apply first please!", header.topic);
+        return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
+    };
+    if shape.perm & PERM_READ == 0 || broker.live.broker_permission() & PERM_READ == 0 {
+        let remark = format!("the topic[{}] pulling message is forbidden", header.topic);
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    if header.queue_id < 0 || header.queue_id >= shape.read_queues {
+        let remark = format!(
+            "queueId[{}] is illegal, topic {} has {} read queues",
+            header.queue_id, header.topic, shape.read_queues
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+    }
+    Ok(shape)
+}
+
+/// An admin reset this queue for the group (mqadmin resetOffsetByTime): the consumer is told to
+/// move to the reset offset, once, as RocketMQ's server-side reset does. The offset it
+/// piggybacks is from before the reset and is not committed.
+fn reset_answer(
+    broker: &Broker,
+    request: &Command,
+    header: &PullMessageRequestHeader,
+) -> Option<Command> {
+    let offset =
+        broker
+            .offsets
+            .take_reset(&header.topic, &header.consumer_group, header.queue_id)?;
+    let bounds = broker.store.bounds(&header.topic, header.queue_id as u32);
+    let response_header = PullMessageResponseHeader {
+        suggest_which_broker_id: 0,
+        next_begin_offset: offset,
+        min_offset: bounds.min_offset as i64,
+        max_offset: bounds.max_offset as i64,
+    };
+    Some(
+        request
+            .response_to(response_code::PULL_OFFSET_MOVED)
+            .with_ext(response_header.to_ext()),
+    )
+}
+
+/// The offset the client piggybacks, once (the first pass is the one that may suspend), and
+/// only for a queue that exists: the table is persisted, and a refused pull leaves nothing.
+fn commit_piggybacked_offset(broker: &Broker, header: &PullMessageRequestHeader) {
+    if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
+        broker.offsets.commit(
+            &header.topic,
+            &header.consumer_group,
+            header.queue_id,
+            header.commit_offset,
+        );
+    }
+}
+
+/// Reads what the pull asks for through its filter; an offset below zero is answered as one
+/// under the queue's minimum (RocketMQ answers PULL_OFFSET_MOVED with the minimum to carry on
+/// from).
+fn read_queue(broker: &Broker, header: &PullMessageRequestHeader) -> Result<QueueRead, Refusal> {
+    let filter = filter_for(broker, header)?;
+    let max_messages = header.max_msg_nums.clamp(1, PULL_MESSAGES_MAX) as u32;
+    let max_bytes = header
+        .max_msg_bytes
+        .unwrap_or(PULL_BYTES_MAX)
+        .clamp(1, PULL_BYTES_MAX) as u32;
+    let queue_id = header.queue_id as u32;
+    let below_zero = (header.queue_offset < 0)
+        .then(|| broker.store.bounds(&header.topic, queue_id))
+        .filter(|bounds| bounds.max_offset > 0);
+    if let Some(bounds) = below_zero {
+        return Ok(QueueRead {
+            status: ReadStatus::OffsetTooSmall,
+            bytes: Vec::new(),
+            message_count: 0,
+            next_offset: bounds.min_offset,
+            min_offset: bounds.min_offset,
+            max_offset: bounds.max_offset,
+            damage: None,
+        });
+    }
+    let accept = |code: i64| filter.accepts_code(code);
+    let offset = header.queue_offset.max(0) as u64;
+    read_matching(
+        &filter,
+        offset,
+        max_messages,
+        max_bytes,
+        |from, count, bytes| {
+            let read = broker
+                .store
+                .read(&header.topic, queue_id, from, count, bytes, &accept)
+                .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+            if read.status == ReadStatus::OffsetTooSmall {
+                let group = &header.consumer_group;
+                broker
+                    .store
+                    .consumer_moved(&header.topic, queue_id, group, from);
+            }
+            Ok::<_, Refusal>(read)
+        },
+    )
+}
+
+/// RocketMQ's getTotalTps / getFoundTps and messages got.
+fn count_pull(broker: &Broker, read: &QueueRead) {
+    let counters = &broker.counters;
+    counters
+        .messages_got
+        .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
+    counters.pulls.fetch_add(1, Ordering::Relaxed);
+    if read.message_count > 0 {
+        counters.pulls_found.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// RocketMQ's checks of the group's settings before a pull: the group exists (or may be

@@ -102,51 +102,14 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
     };
     let dead_lettered = redirect_exhausted_retry(&mut header);
     let batch = request.code == request_code::SEND_BATCH_MESSAGE || header.batch;
-    broker_writable(broker)?;
-    validate_topic_name(&header.topic)
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
-    if NOT_ALLOWED_SEND_TOPICS.contains(&header.topic.as_str()) {
-        let remark = format!("Sending message to topic[{}] is forbidden.", header.topic);
-        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
-    }
-    if request.body.len() > broker.config.max_message_bytes {
-        let remark = format!(
-            "the message body size {} bytes is over the limit of {} bytes (maxMessageSize)",
-            request.body.len(),
-            broker.config.max_message_bytes
-        );
-        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
-    }
+    check_destination(broker, &header, request.body.len())?;
     let shape = topic_shape(broker, &header, dead_lettered)?;
     topic_writable(&header.topic, shape.perm)?;
     // A transaction's half message is stored in the half topic, out of consumers' sight, until
     // END_TRANSACTION or the check decides it (`transaction/`).
     let half = is_transaction_half(&header.properties, header.reconsume_times);
-    if half && batch {
-        return Err(Refusal::new(
-            response_code::MESSAGE_ILLEGAL,
-            "batch messages cannot be transactional",
-        ));
-    }
-    if half && shape.memory {
-        let remark = format!(
-            "topic[{}] is non-persistent: transactional messages need a persistent topic",
-            header.topic
-        );
-        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
-    }
-    let queue_id = if header.queue_id < 0 {
-        broker.pick_queue(shape.write_queues)
-    } else {
-        header.queue_id
-    };
-    if queue_id >= shape.write_queues.max(shape.read_queues) {
-        let remark = format!(
-            "request queueId[{queue_id}] is illegal, topic {} has {} queues",
-            header.topic, shape.write_queues
-        );
-        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
-    }
+    check_half(&header.topic, half, batch, shape.memory)?;
+    let queue_id = target_queue(broker, &header, &shape)?;
     let builder = RecordBuilder {
         broker,
         header: &header,
@@ -155,49 +118,13 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
         now_ms: call.now_ms,
         half,
     };
-    let mut records = Vec::new();
-    let mut first_uniq_key = None;
-    if batch {
-        if header.topic.starts_with(RETRY_PREFIX) {
-            return Err(Refusal::new(
-                response_code::MESSAGE_ILLEGAL,
-                "batch messages cannot be sent to a retry topic",
-            ));
-        }
-        // RocketMQ holds a batch's topic to the plain limit, dead-letter topics included.
-        if header.topic.len() > BATCH_TOPIC_BYTES_MAX {
-            return Err(Refusal::new(
-                response_code::MESSAGE_ILLEGAL,
-                format!("message topic length too long {}", header.topic.len()),
-            ));
-        }
-        let entries = decode_batch(&request.body).map_err(|e| {
-            Refusal::new(
-                response_code::MESSAGE_ILLEGAL,
-                format!("bad batch body: {e}"),
-            )
-        })?;
-        if entries.is_empty() {
-            return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, "empty batch"));
-        }
-        if entries.len() > BATCH_ENTRIES_MAX {
-            return Err(Refusal::new(
-                response_code::MESSAGE_ILLEGAL,
-                format!(
-                    "a batch of {} messages: at most {BATCH_ENTRIES_MAX} fit in one answer",
-                    entries.len()
-                ),
-            ));
-        }
-        for entry in entries {
-            records.push(builder.record(entry.body, &entry.properties, entry.flag)?.0);
-        }
+    let (records, first_uniq_key) = if batch {
+        (batch_records(&builder, request)?, None)
     } else {
         let (record, uniq_key) =
             builder.record(request.body.clone(), &header.properties, header.flag)?;
-        records.push(record);
-        first_uniq_key = Some(uniq_key);
-    }
+        (vec![record], Some(uniq_key))
+    };
     // A delayed message waits in the schedule topic, on disk, and is then stored in its own
     // topic by the delivery task, which writes to the store: a non-persistent topic has
     // neither, so the send is refused rather than stored where it would not be served.
@@ -214,6 +141,108 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
         queue_id,
         first_uniq_key,
     })
+}
+
+/// The broker takes sends, the topic is one a client may send to, and the body fits.
+fn check_destination(
+    broker: &Broker,
+    header: &SendMessageHeader,
+    body_bytes: usize,
+) -> Result<(), Refusal> {
+    broker_writable(broker)?;
+    validate_topic_name(&header.topic)
+        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+    if NOT_ALLOWED_SEND_TOPICS.contains(&header.topic.as_str()) {
+        let remark = format!("Sending message to topic[{}] is forbidden.", header.topic);
+        return Err(Refusal::new(response_code::NO_PERMISSION, remark));
+    }
+    if body_bytes > broker.config.max_message_bytes {
+        let remark = format!(
+            "the message body size {body_bytes} bytes is over the limit of {} bytes (maxMessageSize)",
+            broker.config.max_message_bytes
+        );
+        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+    }
+    Ok(())
+}
+
+/// A half message is one message, to a persistent topic.
+fn check_half(topic: &str, half: bool, batch: bool, memory: bool) -> Result<(), Refusal> {
+    if half && batch {
+        return Err(Refusal::new(
+            response_code::MESSAGE_ILLEGAL,
+            "batch messages cannot be transactional",
+        ));
+    }
+    if half && memory {
+        let remark = format!(
+            "topic[{topic}] is non-persistent: transactional messages need a persistent topic"
+        );
+        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+    }
+    Ok(())
+}
+
+/// The queue the send names, or one the broker picks when it names none.
+fn target_queue(
+    broker: &Broker,
+    header: &SendMessageHeader,
+    shape: &crate::topic::TopicShape,
+) -> Result<i32, Refusal> {
+    let queue_id = if header.queue_id < 0 {
+        broker.pick_queue(shape.write_queues)
+    } else {
+        header.queue_id
+    };
+    if queue_id >= shape.write_queues.max(shape.read_queues) {
+        let remark = format!(
+            "request queueId[{queue_id}] is illegal, topic {} has {} queues",
+            header.topic, shape.write_queues
+        );
+        return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
+    }
+    Ok(queue_id)
+}
+
+/// The records of a batch send, checked as RocketMQ checks a batch.
+fn batch_records(builder: &RecordBuilder, request: &Command) -> Result<Vec<Record>, Refusal> {
+    let topic = &builder.header.topic;
+    if topic.starts_with(RETRY_PREFIX) {
+        return Err(Refusal::new(
+            response_code::MESSAGE_ILLEGAL,
+            "batch messages cannot be sent to a retry topic",
+        ));
+    }
+    // RocketMQ holds a batch's topic to the plain limit, dead-letter topics included.
+    if topic.len() > BATCH_TOPIC_BYTES_MAX {
+        return Err(Refusal::new(
+            response_code::MESSAGE_ILLEGAL,
+            format!("message topic length too long {}", topic.len()),
+        ));
+    }
+    let entries = decode_batch(&request.body).map_err(|e| {
+        Refusal::new(
+            response_code::MESSAGE_ILLEGAL,
+            format!("bad batch body: {e}"),
+        )
+    })?;
+    if entries.is_empty() {
+        return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, "empty batch"));
+    }
+    if entries.len() > BATCH_ENTRIES_MAX {
+        return Err(Refusal::new(
+            response_code::MESSAGE_ILLEGAL,
+            format!(
+                "a batch of {} messages: at most {BATCH_ENTRIES_MAX} fit in one answer",
+                entries.len()
+            ),
+        ));
+    }
+    let mut records = Vec::with_capacity(entries.len());
+    for entry in entries {
+        records.push(builder.record(entry.body, &entry.properties, entry.flag)?.0);
+    }
+    Ok(records)
 }
 
 /// A transaction's half message (TRAN_MSG), unless it is a consumer's retry of one.
