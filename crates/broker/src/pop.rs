@@ -33,9 +33,10 @@ pub const RETRY_MAX_DEFAULT: i32 = 16;
 pub const MODE_POP: &str = "POP";
 pub const MODE_PULL: &str = "PULL";
 
-/// RocketMQ's pop retry topic of a group and topic (KeyBuilder's V1 name).
+/// RocketMQ's pop retry topic of a group and topic (KeyBuilder's V1 name), which the receipt
+/// handle's retry flag names.
 pub fn retry_topic(group: &str, topic: &str) -> String {
-    format!("%RETRY%{group}_{topic}")
+    quiver_wire::receipt::pop_retry_topic(group, topic)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

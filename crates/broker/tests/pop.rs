@@ -15,6 +15,7 @@ use quiver_wire::header::{
     AckMessageRequestHeader, PopMessageRequestHeader, ResetOffsetRequestHeader,
 };
 use quiver_wire::message::{property, StoredMessage};
+use quiver_wire::receipt::{ReceiptHandle, RetryFlag};
 use quiver_wire::{Command, Encoding};
 
 const GROUP: &str = "pop_group";
@@ -55,29 +56,30 @@ fn pop_request_with(topic: &str, max: i32, invisible_ms: i64, order: bool) -> Co
 }
 
 /// The handle the Java client builds for a message of a pop answer (or finds in POP_CK).
-fn handle(answer: &Command, message: &StoredMessage) -> String {
+fn handle(answer: &Command, message: &StoredMessage) -> ReceiptHandle {
     if let Some(handle) = message.property(property::POP_CK) {
-        return handle;
+        return ReceiptHandle::parse(&handle).expect("the broker's handle parses");
     }
-    format!(
-        "{} {} {} {} 0 broker-a {} {}",
-        message.queue_offset,
-        field(answer, "popTime"),
-        field(answer, "invisibleTime"),
-        field(answer, "reviveQid"),
-        message.queue_id,
-        message.queue_offset
-    )
+    let number = |key: &str| field(answer, key).parse().expect(key);
+    ReceiptHandle {
+        start_offset: message.queue_offset,
+        pop_time_ms: number("popTime"),
+        invisible_ms: number("invisibleTime"),
+        revive_queue_id: field(answer, "reviveQid").parse().expect("reviveQid"),
+        retry: RetryFlag::Normal,
+        broker_name: "broker-a".into(),
+        queue_id: message.queue_id,
+        queue_offset: Some(message.queue_offset),
+    }
 }
 
 async fn ack(h: &Harness, topic: &str, answer: &Command, message: &StoredMessage) {
-    let extra_info = handle(answer, message);
-    let queue_id: i32 = extra_info.split(' ').nth(6).unwrap().parse().unwrap();
+    let handle = handle(answer, message);
     let header = AckMessageRequestHeader {
         consumer_group: GROUP.into(),
         topic: topic.into(),
-        queue_id,
-        extra_info,
+        queue_id: handle.queue_id,
+        extra_info: handle.encode(),
         offset: message.queue_offset,
     };
     let request =
@@ -177,7 +179,8 @@ async fn popped_messages_are_handed_out_once_and_unacked_ones_come_back_through_
         let handle = message
             .property(property::POP_CK)
             .expect("the broker's handle");
-        assert_eq!(handle.split(' ').nth(4), Some("1"), "retry flag: {handle}");
+        let parsed = ReceiptHandle::parse(&handle).expect("the broker's handle parses");
+        assert_eq!(parsed.retry, RetryFlag::Retry, "retry flag: {handle}");
     }
     for message in &back {
         ack(&h, "Jobs", &again, message).await;
@@ -240,7 +243,7 @@ async fn a_longer_invisible_time_keeps_a_message_from_coming_back() {
         .with("consumerGroup", GROUP)
         .with("topic", "Slow")
         .with("queueId", 0)
-        .with("extraInfo", handle(&answer, message))
+        .with("extraInfo", handle(&answer, message).encode())
         .with("offset", message.queue_offset)
         .with("invisibleTime", 100_000);
     let change =

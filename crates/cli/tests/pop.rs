@@ -11,6 +11,7 @@ use quiver_testkit::{QuiverProcess, SendOptions, WireClient};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{AckMessageRequestHeader, PopMessageRequestHeader};
 use quiver_wire::message::StoredMessage;
+use quiver_wire::receipt::{ReceiptHandle, RetryFlag};
 use quiver_wire::{Command, Encoding};
 
 const TOPIC: &str = "PopKept";
@@ -55,18 +56,24 @@ fn pop(client: &mut WireClient) -> (Vec<StoredMessage>, String) {
 }
 
 fn ack(client: &mut WireClient, message: &StoredMessage, pop_time: &str) {
-    let extra_info = message.property("POP_CK").unwrap_or_else(|| {
-        format!(
-            "{} {pop_time} {INVISIBLE_MS} 0 0 broker-a {} {}",
-            message.queue_offset, message.queue_id, message.queue_offset
-        )
-    });
-    let queue_id = extra_info.split(' ').nth(6).unwrap().parse().unwrap();
+    let handle = match message.property("POP_CK") {
+        Some(handle) => ReceiptHandle::parse(&handle).expect("the broker's handle parses"),
+        None => ReceiptHandle {
+            start_offset: message.queue_offset,
+            pop_time_ms: pop_time.parse().expect("popTime"),
+            invisible_ms: INVISIBLE_MS,
+            revive_queue_id: 0,
+            retry: RetryFlag::Normal,
+            broker_name: "broker-a".into(),
+            queue_id: message.queue_id,
+            queue_offset: Some(message.queue_offset),
+        },
+    };
     let header = AckMessageRequestHeader {
         consumer_group: GROUP.into(),
         topic: TOPIC.into(),
-        queue_id,
-        extra_info,
+        queue_id: handle.queue_id,
+        extra_info: handle.encode(),
         offset: message.queue_offset,
     };
     let request =

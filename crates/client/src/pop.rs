@@ -12,6 +12,7 @@ use quiver_wire::body::{self, BatchAck, BatchAckMessageRequestBody, ConsumerData
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::PopMessageRequestHeader;
 use quiver_wire::message::{property, StoredMessage};
+use quiver_wire::receipt::{ReceiptHandle, RetryFlag};
 use tokio::task::JoinHandle;
 
 use crate::client::Client;
@@ -206,22 +207,13 @@ async fn pop_once(
     let messages = StoredMessage::decode_all_shared(&response.body)
         .map_err(|error| ClientError::bad_response(addr, error))?;
     // (retry flag, queue id) -> acknowledged offsets.
-    let mut acked: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+    let mut acked: BTreeMap<(RetryFlag, i32), Vec<i64>> = BTreeMap::new();
     for message in &messages {
         if !listener(message) {
             continue;
         }
-        let (retry, queue_id, offset) = match message.property(property::POP_CK) {
-            Some(handle) => {
-                let fields: Vec<&str> = handle.split(' ').collect();
-                let field = |i: usize| fields.get(i).copied().unwrap_or_default();
-                (
-                    field(4).to_string(),
-                    field(6).parse().unwrap_or(message.queue_id),
-                    field(7).parse().unwrap_or(message.queue_offset),
-                )
-            }
-            None => ("0".to_string(), message.queue_id, message.queue_offset),
+        let Some((retry, queue_id, offset)) = ack_target(message) else {
+            continue;
         };
         acked.entry((retry, queue_id)).or_default().push(offset);
     }
@@ -241,7 +233,7 @@ async fn pop_once(
                 BatchAck {
                     consumer_group: config.group.clone(),
                     topic: config.topic.clone(),
-                    retry,
+                    retry: retry.as_str().to_owned(),
                     start_offset: start,
                     queue_id,
                     revive_queue_id: revive_qid,
@@ -261,6 +253,27 @@ async fn pop_once(
             .await?;
     }
     Ok(messages.len())
+}
+
+/// The retry flag, queue and offset an acknowledgement of `message` names: the broker's handle
+/// in POP_CK for a message it read from the pop retry topic, or else the message's own queue.
+/// None for a handle that does not parse: acking the message's own queue and offset would ack
+/// another message, so this one is left to come back after its invisible time.
+fn ack_target(message: &StoredMessage) -> Option<(RetryFlag, i32, i64)> {
+    let Some(text) = message.property(property::POP_CK) else {
+        return Some((RetryFlag::Normal, message.queue_id, message.queue_offset));
+    };
+    match ReceiptHandle::parse(&text) {
+        Ok(handle) => Some((
+            handle.retry,
+            handle.queue_id,
+            handle.queue_offset.unwrap_or(message.queue_offset),
+        )),
+        Err(error) => {
+            tracing::warn!(handle = %text, %error, "a popped message's POP_CK does not parse");
+            None
+        }
+    }
 }
 
 /// Pop codes do not fit the binary header's 16-bit code field (200050 arrives as 3442, which a
@@ -292,7 +305,44 @@ fn encode_base64(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::encode_base64;
+    use super::*;
+
+    fn popped(queue_id: i32, queue_offset: i64, pop_ck: Option<&str>) -> StoredMessage {
+        StoredMessage {
+            queue_id,
+            flag: 0,
+            queue_offset,
+            physical_offset: 0,
+            sys_flag: 0,
+            born_timestamp: 0,
+            born_host: "127.0.0.1:1".parse().expect("address"),
+            store_timestamp: 0,
+            store_host: "127.0.0.1:2".parse().expect("address"),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+            body: Default::default(),
+            topic: "Jobs".into(),
+            properties: quiver_wire::encode_properties(pop_ck.map(|ck| (property::POP_CK, ck))),
+        }
+    }
+
+    #[test]
+    fn a_message_is_acked_where_its_handle_says_it_was_read() {
+        assert_eq!(
+            ack_target(&popped(1, 7, None)),
+            Some((RetryFlag::Normal, 1, 7))
+        );
+        let retried = popped(0, 4, Some("4 1000 60000 0 1 broker-a 0 5"));
+        assert_eq!(ack_target(&retried), Some((RetryFlag::Retry, 0, 5)));
+        let without_offset = popped(2, 9, Some("4 1000 60000 0 1 broker-a 3"));
+        assert_eq!(ack_target(&without_offset), Some((RetryFlag::Retry, 3, 9)));
+    }
+
+    #[test]
+    fn a_message_whose_handle_does_not_parse_is_not_acked() {
+        assert_eq!(ack_target(&popped(1, 7, Some("4 1000 60000 0 1"))), None);
+        assert_eq!(ack_target(&popped(1, 7, Some("x 1 2 0 1 b 0 5"))), None);
+    }
 
     #[test]
     fn base64_matches_javas() {

@@ -1,6 +1,6 @@
 //! Codec for Apache RocketMQ's "remoting" protocol: frames and their two header encodings, typed
-//! request/response headers, the batch-send body and the JSON bodies. The stored-message record
-//! those bodies carry is `quiver-record`'s, re-exported as `message`.
+//! request/response headers, the batch-send body, the JSON bodies and the pop receipt handle. The
+//! stored-message record those bodies carry is `quiver-record`'s, re-exported as `message`.
 //!
 //! This crate does no I/O and owns no runtime: callers hand it bytes and get values back (or a
 //! "need more bytes" answer), so the same code serves the broker, the name server and test clients.
@@ -16,6 +16,7 @@ mod frame_error;
 pub mod header;
 mod json_header;
 pub mod message;
+pub mod receipt;
 pub mod stats;
 pub mod timer_checkpoint;
 
@@ -33,5 +34,6 @@ pub use message::{
     StoredMessage, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PHYSICAL_OFFSET_POSITION,
     QUEUE_OFFSET_POSITION,
 };
+pub use receipt::{ReceiptError, ReceiptHandle, RetryFlag, RECEIPT_HANDLE_BYTES_MAX};
 pub use stats::{ConsumeStats, OffsetWrapper, TopicOffset, TopicStatsTable};
 pub use timer_checkpoint::TimerCheckpoint;

@@ -13,6 +13,7 @@ use quiver_wire::header::{
     ext_or_err, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader,
 };
 use quiver_wire::message::{property, StoredMessage};
+use quiver_wire::receipt::{ReceiptHandle, RetryFlag};
 use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal, Reply};
@@ -28,9 +29,8 @@ pub(super) const POP_BYTES_MAX: u32 = 4 * 1024 * 1024;
 pub(super) const POLL_MS_MAX: i64 = 25_000;
 /// The only revive queue: the handle carries it, and Quiver needs no more.
 pub(super) const REVIVE_QID: i32 = 0;
-/// Retry flags in handles and offset infos: "0" normal topic, "1" pop retry topic (V1 name).
-const NORMAL: &str = "0";
-const RETRY: &str = "1";
+/// The retry flag of the offset infos of messages read from the consumed topic.
+const NORMAL: RetryFlag = RetryFlag::Normal;
 
 /// What one pass over the queues found.
 #[derive(Default)]
@@ -352,20 +352,22 @@ fn pop_queue(
                 break;
             };
             rest = &rest[size..];
-            let handle = format!(
-                "{} {} {} {} {} {} {} {}",
-                offsets[0],
-                now_ms,
-                header.invisible_time,
-                REVIVE_QID,
-                RETRY,
-                broker.config.broker_name,
+            let handle = ReceiptHandle {
+                start_offset: offsets[0] as i64,
+                pop_time_ms: now_ms,
+                invisible_ms: header.invisible_time,
+                revive_queue_id: REVIVE_QID,
+                retry: RetryFlag::Retry,
+                broker_name: broker.config.broker_name.clone(),
                 queue_id,
-                message.queue_offset
-            );
+                queue_offset: Some(message.queue_offset),
+            };
             message.topic = header.topic.clone();
-            message.properties =
-                crate::stored::with_property(&message.properties, property::POP_CK, &handle);
+            message.properties = crate::stored::with_property(
+                &message.properties,
+                property::POP_CK,
+                &handle.encode(),
+            );
             let _ = message.encode(&mut found.body);
         }
     } else {
@@ -414,33 +416,36 @@ fn record_offsets(mut bytes: &[u8]) -> Vec<u64> {
     offsets
 }
 
-/// The queue a handle points at: the retry topic when its retry flag says so.
+/// The retry flag of an ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME's `extraInfo`.
+fn handle_retry(extra_info: &str) -> Result<RetryFlag, Refusal> {
+    // The remark names the error, not the handle: an overlong one would be echoed whole.
+    ReceiptHandle::parse(extra_info)
+        .map(|handle| handle.retry)
+        .map_err(|error| {
+            Refusal::new(
+                response_code::INVALID_PARAMETER,
+                format!("extraInfo is not a pop receipt handle: {error}"),
+            )
+        })
+}
+
+/// The queue an acknowledged message was read from: the retry topic when its retry flag says so.
 fn handle_key(
     group: &str,
     topic: &str,
     queue_id: i32,
-    extra_info: &str,
+    retry: RetryFlag,
 ) -> Result<QueueKey, Refusal> {
-    let fields: Vec<&str> = extra_info.split(' ').collect();
-    let retry = fields.get(4).copied().ok_or_else(|| {
-        Refusal::new(
+    // Quiver revives into the V1 retry topic only, so it never hands out a V2 handle.
+    if retry == RetryFlag::RetryV2 {
+        return Err(Refusal::new(
             response_code::INVALID_PARAMETER,
-            format!("extraInfo {extra_info:?} is not a pop receipt handle"),
-        )
-    })?;
-    let real_topic = match retry {
-        NORMAL => topic.to_string(),
-        RETRY => retry_topic(group, topic),
-        other => {
-            return Err(Refusal::new(
-                response_code::INVALID_PARAMETER,
-                format!("unknown retry flag {other:?} in extraInfo"),
-            ))
-        }
-    };
+            format!("retry flag {retry} names a V2 pop retry topic, which Quiver does not keep"),
+        ));
+    }
     Ok(QueueKey {
         group: group.to_string(),
-        topic: real_topic,
+        topic: retry.real_topic(group, topic),
         queue_id,
     })
 }
@@ -462,7 +467,7 @@ pub fn ack(call: &Call, request: &Command) -> Handled {
         &header.consumer_group,
         &header.topic,
         header.queue_id,
-        &header.extra_info,
+        handle_retry(&header.extra_info)?,
     )?;
     // Acked already or revived: as RocketMQ, the ack is answered SUCCESS (an ack that comes
     // after the revive leaves the retry copy to be consumed once more).
@@ -474,8 +479,9 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
     let batch: BatchAckMessageRequestBody = body::from_json(&request.body)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     for entry in batch.acks {
-        let handle = format!("0 0 0 0 {} - {}", entry.retry, entry.queue_id);
-        let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, &handle)?;
+        let retry = RetryFlag::parse(&entry.retry)
+            .map_err(|error| Refusal::new(response_code::INVALID_PARAMETER, error.to_string()))?;
+        let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, retry)?;
         let bits = decode_base64(&entry.bit_set).ok_or_else(|| {
             Refusal::new(response_code::INVALID_PARAMETER, "bit set is not base64")
         })?;
@@ -495,7 +501,7 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
         &header.consumer_group,
         &header.topic,
         header.queue_id,
-        &header.extra_info,
+        handle_retry(&header.extra_info)?,
     )?;
     let changed = u64::try_from(header.offset).is_ok_and(|offset| {
         call.broker
@@ -550,6 +556,23 @@ mod tests {
         assert_eq!(decode_base64("BQI="), Some(vec![5, 2]));
         assert_eq!(decode_base64("BQI"), Some(vec![5, 2]));
         assert_eq!(decode_base64("B*"), None);
+    }
+
+    #[test]
+    fn an_ack_goes_to_the_queue_its_handle_was_read_from() {
+        let retry = handle_retry("4 1000 60000 0 1 broker-a 0 5").expect("a handle");
+        let key = handle_key("g", "Jobs", 0, retry).expect("a V1 retry handle");
+        assert_eq!(key.topic, "%RETRY%g_Jobs");
+        let key = handle_key("g", "Jobs", 2, RetryFlag::Normal).expect("a normal handle");
+        assert_eq!((key.topic.as_str(), key.queue_id), ("Jobs", 2));
+    }
+
+    #[test]
+    fn acks_with_a_malformed_or_v2_handle_are_invalid_parameters() {
+        let refused = handle_retry("4 1000 60000 0").expect_err("four fields");
+        assert_eq!(refused.code, response_code::INVALID_PARAMETER);
+        let refused = handle_key("g", "Jobs", 0, RetryFlag::RetryV2).expect_err("V2");
+        assert_eq!(refused.code, response_code::INVALID_PARAMETER);
     }
 
     #[test]
