@@ -52,56 +52,15 @@ pub struct RunningBroker {
 }
 
 pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
-    tracing::info!(root = %config.store_root.display(), "opening the store");
-    let opened = {
-        let config = config.clone();
-        tokio::task::spawn_blocking(move || Persisted::open(&config, now_ms()))
-            .await
-            .expect("store open task panicked")?
-    };
-    let (persisted, recovery) = opened;
-    if recovery.crashed {
-        tracing::warn!(
-            commitlog_end = recovery.commitlog_end,
-            truncated_bytes = recovery.truncated_bytes,
-            redispatched = recovery.records_redispatched,
-            "recovered after an unclean stop"
-        );
-    }
-    for problem in &recovery.problems {
-        tracing::error!(%problem, "store damage found during recovery");
-    }
-    let bind = config.bind_addr();
-    let listener = TcpListener::bind(bind)
-        .await
-        .map_err(|e| StartError::Bind {
-            addr: bind,
-            message: e.to_string(),
-        })?;
-    let local_addr = listener.local_addr().map_err(|e| StartError::Bind {
-        addr: bind,
-        message: e.to_string(),
-    })?;
+    let (persisted, recovery) = open_state(&config).await?;
+    let Listeners {
+        main: listener,
+        local_addr,
+        fast: fast_listener,
+        ha: ha_listener,
+        ha_host,
+    } = bind_listeners(&config).await?;
     let store_host = SocketAddr::new(config.broker_ip, local_addr.port());
-    let fast_listener = bind_fast_port(&config, local_addr).await;
-    // Masters serve slaves on the HA port; a slave binds none (it may be made a master later).
-    let ha_listener = if config.role == BrokerRole::Slave {
-        None
-    } else {
-        let ha_bind = config.ha_bind_addr(local_addr.port());
-        let ha_listener = TcpListener::bind(ha_bind)
-            .await
-            .map_err(|e| StartError::Bind {
-                addr: ha_bind,
-                message: e.to_string(),
-            })?;
-        Some(ha_listener)
-    };
-    let ha_port = match &ha_listener {
-        Some(listener) => listener.local_addr().map(|a| a.port()).unwrap_or(0),
-        None => config.ha_bind_addr(local_addr.port()).port(),
-    };
-    let ha_host = SocketAddr::new(config.broker_ip, ha_port);
     let broker = Arc::new(Broker::new(
         config,
         persisted,
@@ -132,48 +91,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             registered_sender,
         )),
     ];
-    let mut background = None;
-    match ha_listener {
-        Some(listener) => {
-            // A slave delivers no delayed, revived, checked or timer messages: its master does,
-            // and it copies the result and the master's progress.
-            let mut owners: Vec<Box<dyn Owner>> = vec![
-                Box::new(crate::background::delay::DelayDelivery::default()),
-                Box::new(crate::background::pop_revive::PopRevive::default()),
-                Box::new(crate::background::transaction_check::TransactionCheck::default()),
-            ];
-            if broker.config.timer_wheel_enable {
-                owners.push(Box::new(
-                    crate::background::timer_wheel::TimerDelivery::new(),
-                ));
-            }
-            background = Some(
-                crate::background::spawn(broker.clone(), owners)
-                    .map_err(|e| StartError::Thread(e.to_string()))?,
-            );
-            tasks.push(tokio::spawn(ha::master::serve(
-                listener,
-                broker.clone(),
-                stop.subscribe(),
-            )));
-            if broker.replication.waits_for_slave() {
-                tasks.push(tokio::spawn(expire_slave_waits(
-                    broker.clone(),
-                    stop.subscribe(),
-                )));
-            }
-        }
-        None => {
-            tasks.push(tokio::spawn(ha::slave::run(
-                broker.clone(),
-                stop.subscribe(),
-            )));
-            tasks.push(tokio::spawn(copy_master_metadata(
-                broker.clone(),
-                stop.subscribe(),
-            )));
-        }
-    }
+    let background = start_role(&broker, ha_listener, &stop, &mut tasks)?;
     tracing::info!(addr = %local_addr, ha = %ha_host, role = ?broker.config.role, broker = %broker.config.broker_name, "broker listening");
     Ok(RunningBroker {
         broker,
@@ -186,6 +104,122 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         stopped: AtomicBool::new(false),
         registered,
     })
+}
+
+/// Opens (and after a crash recovers) the store and the tables, off the runtime's workers, and
+/// logs what recovery found.
+async fn open_state(config: &BrokerConfig) -> Result<(Persisted, RecoveryReport), StartError> {
+    tracing::info!(root = %config.store_root.display(), "opening the store");
+    let (persisted, recovery) = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Persisted::open(&config, now_ms()))
+            .await
+            .expect("store open task panicked")?
+    };
+    if recovery.crashed {
+        tracing::warn!(
+            commitlog_end = recovery.commitlog_end,
+            truncated_bytes = recovery.truncated_bytes,
+            redispatched = recovery.records_redispatched,
+            "recovered after an unclean stop"
+        );
+    }
+    for problem in &recovery.problems {
+        tracing::error!(%problem, "store damage found during recovery");
+    }
+    Ok((persisted, recovery))
+}
+
+/// The sockets a broker listens on.
+struct Listeners {
+    main: TcpListener,
+    local_addr: SocketAddr,
+    /// RocketMQ's VIP channel, `listenPort - 2`, when it could be bound.
+    fast: Option<TcpListener>,
+    /// A master's HA port; a slave binds none (it may be made a master later).
+    ha: Option<TcpListener>,
+    /// Where slaves reach the HA port, registered with the name servers.
+    ha_host: SocketAddr,
+}
+
+async fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> {
+    let bind_error = |addr: SocketAddr| {
+        move |e: std::io::Error| StartError::Bind {
+            addr,
+            message: e.to_string(),
+        }
+    };
+    let bind = config.bind_addr();
+    let main = TcpListener::bind(bind).await.map_err(bind_error(bind))?;
+    let local_addr = main.local_addr().map_err(bind_error(bind))?;
+    let fast = bind_fast_port(config, local_addr).await;
+    let ha_bind = config.ha_bind_addr(local_addr.port());
+    let ha = match config.role {
+        BrokerRole::Slave => None,
+        _ => Some(
+            TcpListener::bind(ha_bind)
+                .await
+                .map_err(bind_error(ha_bind))?,
+        ),
+    };
+    let ha_port = match &ha {
+        Some(listener) => listener.local_addr().map(|a| a.port()).unwrap_or(0),
+        None => ha_bind.port(),
+    };
+    Ok(Listeners {
+        main,
+        local_addr,
+        fast,
+        ha,
+        ha_host: SocketAddr::new(config.broker_ip, ha_port),
+    })
+}
+
+/// The tasks of the broker's role. A master serves slaves and runs the background owners; a
+/// slave delivers no delayed, revived, checked or timer messages (its master does, and it
+/// copies the result and the master's progress), so it follows its master and copies its
+/// metadata instead.
+fn start_role(
+    broker: &Arc<Broker>,
+    ha_listener: Option<TcpListener>,
+    stop: &watch::Sender<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<Option<Background>, StartError> {
+    let Some(listener) = ha_listener else {
+        tasks.push(tokio::spawn(ha::slave::run(
+            broker.clone(),
+            stop.subscribe(),
+        )));
+        tasks.push(tokio::spawn(copy_master_metadata(
+            broker.clone(),
+            stop.subscribe(),
+        )));
+        return Ok(None);
+    };
+    let mut owners: Vec<Box<dyn Owner>> = vec![
+        Box::new(crate::background::delay::DelayDelivery::default()),
+        Box::new(crate::background::pop_revive::PopRevive::default()),
+        Box::new(crate::background::transaction_check::TransactionCheck::default()),
+    ];
+    if broker.config.timer_wheel_enable {
+        owners.push(Box::new(
+            crate::background::timer_wheel::TimerDelivery::new(),
+        ));
+    }
+    let background = crate::background::spawn(broker.clone(), owners)
+        .map_err(|e| StartError::Thread(e.to_string()))?;
+    tasks.push(tokio::spawn(ha::master::serve(
+        listener,
+        broker.clone(),
+        stop.subscribe(),
+    )));
+    if broker.replication.waits_for_slave() {
+        tasks.push(tokio::spawn(expire_slave_waits(
+            broker.clone(),
+            stop.subscribe(),
+        )));
+    }
+    Ok(Some(background))
 }
 
 impl RunningBroker {

@@ -245,24 +245,7 @@ impl Persisted {
             now_ms,
         )
         .map_err(StateError::Groups)?;
-        topics.create_if_absent(crate::topic::topic_config(
-            crate::delay::SCHEDULE_TOPIC,
-            config.delay_levels_ms.len() as i32,
-            crate::topic::PERM_READ | crate::topic::PERM_WRITE,
-        ))?;
-        topics.create_if_absent(crate::topic::topic_config(
-            crate::timer::TIMER_TOPIC,
-            1,
-            crate::topic::PERM_READ | crate::topic::PERM_WRITE,
-        ))?;
-        // RocketMQ creates both at start, one queue each.
-        for topic in [crate::transaction::HALF_TOPIC, crate::transaction::OP_TOPIC] {
-            topics.create_if_absent(crate::topic::topic_config(
-                topic,
-                1,
-                crate::topic::PERM_READ | crate::topic::PERM_WRITE,
-            ))?;
-        }
+        create_broker_system_topics(config, &topics)?;
         create_client_system_topics(config, &topics)?;
         adopt_stored_topics(&store, &topics);
         mark_non_persistent_topics(config, &topics)?;
@@ -286,6 +269,34 @@ impl Persisted {
         };
         Ok((persisted, recovery))
     }
+}
+
+/// The system topics the broker's own features store into: the schedule topic (a queue per
+/// delay level), the timer queue, and the transaction half and op topics (one queue each, as
+/// RocketMQ creates them at start).
+fn create_broker_system_topics(
+    config: &BrokerConfig,
+    topics: &TopicTable,
+) -> Result<(), StateError> {
+    topics.create_if_absent(crate::topic::topic_config(
+        crate::delay::SCHEDULE_TOPIC,
+        config.delay_levels_ms.len() as i32,
+        crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+    ))?;
+    topics.create_if_absent(crate::topic::topic_config(
+        crate::timer::TIMER_TOPIC,
+        1,
+        crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+    ))?;
+    // RocketMQ creates both at start, one queue each.
+    for topic in [crate::transaction::HALF_TOPIC, crate::transaction::OP_TOPIC] {
+        topics.create_if_absent(crate::topic::topic_config(
+            topic,
+            1,
+            crate::topic::PERM_READ | crate::topic::PERM_WRITE,
+        ))?;
+    }
+    Ok(())
 }
 
 /// The topics RocketMQ's broker creates at start for clients' features, with its shapes (one

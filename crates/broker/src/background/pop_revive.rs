@@ -107,55 +107,15 @@ fn revived_record(
     offset: u64,
     now_ms: i64,
 ) -> Option<quiver_store::Record> {
-    let read = broker.store.read(
-        &key.topic,
-        key.queue_id as u32,
-        offset,
-        1,
-        64 * 1024 * 1024,
-        &|_| true,
-    );
-    let bytes = match read {
-        Ok(read) if read.status == ReadStatus::Found => read.bytes,
-        Ok(read) => {
-            tracing::warn!(topic = %key.topic, offset, status = ?read.status, "popped message gone before its revive");
-            return None;
-        }
-        Err(error) => {
-            tracing::error!(topic = %key.topic, offset, %error, "cannot read a popped message to revive it");
-            return None;
-        }
-    };
+    let bytes = read_popped(broker, key, offset)?;
     let (mut message, _) = StoredMessage::decode(&bytes, false).ok()?;
-    let retry_prefix = retry_topic(&key.group, "");
-    let origin = key
-        .topic
-        .strip_prefix(&retry_prefix)
-        .unwrap_or(&key.topic)
-        .to_string();
     let reconsume = message.reconsume_times.saturating_add(1);
-    // The group's retryMaxTimes (subscription group table), RocketMQ's 16 by default.
-    let retry_max = broker
-        .groups
-        .get(&key.group)
-        .map_or(RETRY_MAX_DEFAULT, |group| group.retry_max_times);
-    let dead = reconsume > retry_max;
-    let target = if dead {
-        format!("{DLQ_PREFIX}{}", key.group)
-    } else {
-        retry_topic(&key.group, &origin)
-    };
-    match broker
-        .topics
-        .create_if_absent(topic_config(&target, 1, PERM_READ | PERM_WRITE))
-    {
-        Ok(true) => broker.topics_changed(),
-        Ok(false) => {}
-        Err(error) => {
-            tracing::error!(topic = %target, %error, "cannot create the pop retry topic");
-            return None;
-        }
-    }
+    let Revival {
+        origin,
+        target,
+        dead,
+        retry_max,
+    } = revival_target(broker, key, reconsume)?;
     let mut properties = message.properties.clone();
     if message.property(property::ORIGIN_MESSAGE_ID).is_none() {
         if let Some(id) = message.property(property::UNIQ_KEY) {
@@ -178,4 +138,77 @@ fn revived_record(
     message.store_timestamp = now_ms;
     message.store_host = broker.store_host;
     stored::record_of(&message).ok()
+}
+
+/// The popped message at `offset`, as stored; None when it is gone (retention) or cannot be
+/// read, which is logged.
+fn read_popped(broker: &Broker, key: &QueueKey, offset: u64) -> Option<Vec<u8>> {
+    let read = broker.store.read(
+        &key.topic,
+        key.queue_id as u32,
+        offset,
+        1,
+        64 * 1024 * 1024,
+        &|_| true,
+    );
+    match read {
+        Ok(read) if read.status == ReadStatus::Found => Some(read.bytes),
+        Ok(read) => {
+            tracing::warn!(topic = %key.topic, offset, status = ?read.status, "popped message gone before its revive");
+            None
+        }
+        Err(error) => {
+            tracing::error!(topic = %key.topic, offset, %error, "cannot read a popped message to revive it");
+            None
+        }
+    }
+}
+
+/// Where a revived message goes.
+struct Revival {
+    /// The topic it was consumed from (the retry topic's origin for a retry).
+    origin: String,
+    /// The group's pop retry topic, or its dead-letter topic past the retry maximum.
+    target: String,
+    dead: bool,
+    retry_max: i32,
+}
+
+/// Where a message popped from `key` goes back, raised to `reconsume` tries (the group's
+/// dead-letter topic past its retryMaxTimes); the target topic is created when missing.
+fn revival_target(broker: &Broker, key: &QueueKey, reconsume: i32) -> Option<Revival> {
+    let retry_prefix = retry_topic(&key.group, "");
+    let origin = key
+        .topic
+        .strip_prefix(&retry_prefix)
+        .unwrap_or(&key.topic)
+        .to_string();
+    // The group's retryMaxTimes (subscription group table), RocketMQ's 16 by default.
+    let retry_max = broker
+        .groups
+        .get(&key.group)
+        .map_or(RETRY_MAX_DEFAULT, |group| group.retry_max_times);
+    let dead = reconsume > retry_max;
+    let target = if dead {
+        format!("{DLQ_PREFIX}{}", key.group)
+    } else {
+        retry_topic(&key.group, &origin)
+    };
+    match broker
+        .topics
+        .create_if_absent(topic_config(&target, 1, PERM_READ | PERM_WRITE))
+    {
+        Ok(true) => broker.topics_changed(),
+        Ok(false) => {}
+        Err(error) => {
+            tracing::error!(topic = %target, %error, "cannot create the pop retry topic");
+            return None;
+        }
+    }
+    Some(Revival {
+        origin,
+        target,
+        dead,
+        retry_max,
+    })
 }

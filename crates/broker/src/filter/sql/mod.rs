@@ -235,30 +235,14 @@ impl Expr {
             Expr::And(terms) => logic(terms, false, property)?,
             Expr::Or(terms) => logic(terms, true, property)?,
             Expr::Equal(left, right) => {
-                let left = left.evaluate(property)?;
-                let right = right.evaluate(property)?;
-                match (&left, &right) {
-                    (Value::Null, Value::Null) => Value::Bool(true),
-                    (Value::Null, _) => Value::Null,
-                    (_, Value::Null) => Value::Bool(false),
-                    _ => Value::Bool(compare(&left, &right)? == Ordering::Equal),
-                }
+                equal(&left.evaluate(property)?, &right.evaluate(property)?)?
             }
             Expr::Compare(order, left, right) => {
                 let left = left.evaluate(property)?;
                 if left == Value::Null {
                     return Ok(Value::Null);
                 }
-                let right = right.evaluate(property)?;
-                let ordering = match (&left, &right) {
-                    (_, Value::Null) => return Ok(Value::Null),
-                    // Two strings are ordered as numbers, or not at all.
-                    (Value::Str(l), Value::Str(r)) => {
-                        compare_doubles(java_double(l)?, java_double(r)?)
-                    }
-                    _ => compare(&left, &right)?,
-                };
-                Value::Bool(order.holds(ordering))
+                ordered(*order, &left, &right.evaluate(property)?)?
             }
             Expr::In {
                 property: name,
@@ -278,18 +262,43 @@ impl Expr {
                     return Ok(Value::Bool(false));
                 }
                 match operand.evaluate(property)? {
-                    Value::Str(text) => {
-                        let found = match test {
-                            TextTest::Contains => text.contains(search.as_str()),
-                            TextTest::StartsWith => text.starts_with(search.as_str()),
-                            TextTest::EndsWith => text.ends_with(search.as_str()),
-                        };
-                        Value::Bool(found != *negated)
-                    }
+                    Value::Str(text) => Value::Bool(test.holds(&text, search) != *negated),
                     _ => Value::Bool(false),
                 }
             }
         })
+    }
+}
+
+/// `=`: NULL equals only NULL (an unset property against a value is NULL, a value against NULL
+/// is false, as RocketMQ's evaluator answers).
+fn equal<'a>(left: &Value<'a>, right: &Value<'a>) -> Result<Value<'a>, Failed> {
+    Ok(match (left, right) {
+        (Value::Null, Value::Null) => Value::Bool(true),
+        (Value::Null, _) => Value::Null,
+        (_, Value::Null) => Value::Bool(false),
+        _ => Value::Bool(compare(left, right)? == Ordering::Equal),
+    })
+}
+
+/// `<`, `<=`, `>`, `>=` with a left side that is not NULL: two strings are ordered as numbers,
+/// or not at all.
+fn ordered<'a>(order: Order, left: &Value<'a>, right: &Value<'a>) -> Result<Value<'a>, Failed> {
+    let ordering = match (left, right) {
+        (_, Value::Null) => return Ok(Value::Null),
+        (Value::Str(l), Value::Str(r)) => compare_doubles(java_double(l)?, java_double(r)?),
+        _ => compare(left, right)?,
+    };
+    Ok(Value::Bool(order.holds(ordering)))
+}
+
+impl TextTest {
+    fn holds(self, text: &str, search: &str) -> bool {
+        match self {
+            TextTest::Contains => text.contains(search),
+            TextTest::StartsWith => text.starts_with(search),
+            TextTest::EndsWith => text.ends_with(search),
+        }
     }
 }
 

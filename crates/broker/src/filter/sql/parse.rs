@@ -504,22 +504,7 @@ impl Parser<'_> {
                 }
                 Token::Contains | Token::StartsWith | Token::EndsWith => {
                     self.take()?;
-                    let test = match operator {
-                        Token::Contains => TextTest::Contains,
-                        Token::StartsWith => TextTest::StartsWith,
-                        _ => TextTest::EndsWith,
-                    };
-                    let search = self.string_literal()?;
-                    let operand = Box::new(left);
-                    self.node(
-                        Expr::Text {
-                            test,
-                            negated,
-                            operand,
-                            search,
-                        },
-                        at,
-                    )?
+                    self.text_test(&operator, left, negated, at)?
                 }
                 Token::Between => {
                     self.take()?;
@@ -530,28 +515,56 @@ impl Parser<'_> {
                 }
                 Token::In => {
                     self.take()?;
-                    let Expr::Property(property) = left else {
-                        return Err(self.error(at, "IN needs a property on its left"));
-                    };
-                    self.expect(Token::Open, "( after IN")?;
-                    let mut list = vec![self.string_literal()?];
-                    while *self.peek()? == Token::Comma {
-                        self.take()?;
-                        list.push(self.string_literal()?);
-                    }
-                    self.expect(Token::Close, ") or , in the IN list")?;
-                    self.node(
-                        Expr::In {
-                            property,
-                            list,
-                            negated,
-                        },
-                        at,
-                    )?
+                    self.in_list(left, negated, at)?
                 }
                 _ => return Ok(left),
             };
         }
+    }
+
+    /// `left CONTAINS 'x'` (or STARTSWITH, ENDSWITH, each maybe NOT), the operator taken.
+    fn text_test(
+        &mut self,
+        operator: &Token,
+        left: Expr,
+        negated: bool,
+        at: usize,
+    ) -> Result<Expr, ParseError> {
+        let test = match operator {
+            Token::Contains => TextTest::Contains,
+            Token::StartsWith => TextTest::StartsWith,
+            _ => TextTest::EndsWith,
+        };
+        let search = self.string_literal()?;
+        let operand = Box::new(left);
+        let text = Expr::Text {
+            test,
+            negated,
+            operand,
+            search,
+        };
+        self.node(text, at)
+    }
+
+    /// `property IN ('a', 'b')` (maybe NOT), IN taken: only a property on the left, only
+    /// string literals in the list.
+    fn in_list(&mut self, left: Expr, negated: bool, at: usize) -> Result<Expr, ParseError> {
+        let Expr::Property(property) = left else {
+            return Err(self.error(at, "IN needs a property on its left"));
+        };
+        self.expect(Token::Open, "( after IN")?;
+        let mut list = vec![self.string_literal()?];
+        while *self.peek()? == Token::Comma {
+            self.take()?;
+            list.push(self.string_literal()?);
+        }
+        self.expect(Token::Close, ") or , in the IN list")?;
+        let in_list = Expr::In {
+            property,
+            list,
+            negated,
+        };
+        self.node(in_list, at)
     }
 
     /// `v BETWEEN low AND high` is `v >= low AND v <= high`; NOT BETWEEN is
