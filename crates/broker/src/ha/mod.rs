@@ -7,6 +7,7 @@
 
 pub mod codec;
 pub mod master;
+pub mod master_session;
 pub mod slave;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +18,13 @@ use tokio::sync::Notify;
 
 use crate::config::{BrokerConfig, BrokerRole};
 
+/// RocketMQ's haSendHeartbeatInterval: an idle master tells the slave where it stands this
+/// often, and a slave reports its log end at least this often.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 5_000;
+/// RocketMQ's haHousekeepingInterval: a peer that sent nothing for this long is given up, by a
+/// master its slave and by a slave its master. Four heartbeat intervals: a live peer sends at
+/// least three times meanwhile.
+pub const SLAVE_SILENCE_MS_MAX: u64 = 20_000;
 /// A slave further behind than this is not in sync: a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
 /// at once rather than hold sends for a slave that cannot catch up within their timeout
 /// (RocketMQ's haMaxGapNotInSync).

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::codec::{encode_report, SlaveStream, StreamError, Units};
-use super::master::{HEARTBEAT_INTERVAL_MS, SLAVE_SILENCE_MS_MAX};
+use super::{HEARTBEAT_INTERVAL_MS, SLAVE_SILENCE_MS_MAX};
 use crate::state::Broker;
 
 /// Between attempts to reach the master.
