@@ -9,6 +9,7 @@ pub mod codec;
 pub mod master;
 pub mod master_session;
 pub mod slave;
+pub mod slave_session;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
