@@ -85,7 +85,8 @@ async fn session(
     stream.set_nodelay(true)?;
     let replication = &broker.replication;
     let store = &broker.store;
-    let _connected = SlaveConnected::new(replication);
+    // Counts this slave and holds its confirmation until the connection ends.
+    let connected = SlaveConnected::new(replication);
     let (mut reader, mut writer) = stream.into_split();
     let started = Instant::now();
     let now_ms = || started.elapsed().as_millis() as u64;
@@ -97,7 +98,7 @@ async fn session(
         let grew = replication.log_grew.notified();
         let ready = session.step(now_ms(), store.stats().written_position)?;
         if let Some(position) = ready.confirmed {
-            replication.confirmed(position);
+            connected.confirmed(position);
         }
         if let Some(read) = ready.read {
             let chunk = store
