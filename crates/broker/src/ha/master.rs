@@ -1,24 +1,21 @@
 //! The master side of the HA port: each slave connection reports its log end, and the master
 //! streams its CommitLog from there (from the base of its last segment for a slave that has
-//! nothing, as RocketMQ does), a heartbeat when idle.
+//! nothing, as RocketMQ does), a heartbeat when idle. What to send and what a report confirms
+//! is decided by `MasterSession`; this shell moves the bytes and reads the clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-use super::codec::{encode_transfer_header, ReportReader, TRANSFER_BATCH_BYTES};
+use super::master_session::{MasterSession, MasterSessionError};
 use super::SlaveConnected;
 use crate::state::Broker;
 
-/// RocketMQ's haSendHeartbeatInterval: an idle master tells the slave where it stands this often.
-pub const HEARTBEAT_INTERVAL_MS: u64 = 5_000;
-/// RocketMQ's haHousekeepingInterval: a slave silent this long is given up.
-pub const SLAVE_SILENCE_MS_MAX: u64 = 20_000;
 /// An ASYNC_MASTER waits this long after the log grows before it reads what to send: one frame
 /// then carries what many groups wrote, where a frame per group costs the master, the slave and
 /// the link a wakeup each, and no send waits for it. A SYNC_MASTER's sends wait for the slave,
@@ -27,15 +24,16 @@ const ASYNC_GATHER_US: u64 = 1_000;
 /// Slave connections at once: a master has one or two slaves; more is a misconfiguration or an
 /// attack, and each costs a stream of the whole log.
 const SLAVE_CONNECTIONS_MAX: usize = 16;
+/// What one read of the slave's reports takes at most: 128 reports of 8 bytes, far more than a
+/// slave sends between two reads.
+const REPORT_READ_BYTES: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    #[error("the slave sent no report for {SLAVE_SILENCE_MS_MAX} ms")]
-    Silent,
-    #[error("the slave's log ends at {slave}, past this master's end {master}: it holds what this master does not")]
-    SlaveAhead { slave: u64, master: u64 },
+    #[error(transparent)]
+    Session(#[from] MasterSessionError),
     #[error("cannot read the CommitLog at {position}: {message}")]
     Read { position: u64, message: String },
 }
@@ -77,6 +75,8 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
     sessions.shutdown().await;
 }
 
+/// One slave's connection: bytes between the socket, the store and the `MasterSession`, which
+/// decides what to send and what the slave confirmed; the clock read here and passed in.
 async fn session(
     stream: TcpStream,
     broker: &Broker,
@@ -84,100 +84,50 @@ async fn session(
 ) -> Result<(), SessionError> {
     stream.set_nodelay(true)?;
     let replication = &broker.replication;
-    let _connected = SlaveConnected::new(replication);
-    let (mut reader, mut writer) = stream.into_split();
-    let (reported_tx, mut reported) = watch::channel(None::<u64>);
-    // Reports: confirmations for SYNC_MASTER sends, and the first one says where to start.
-    let read_reports = async {
-        let mut reports = ReportReader::default();
-        let mut buffer = [0u8; 1024];
-        let silence = Duration::from_millis(SLAVE_SILENCE_MS_MAX);
-        loop {
-            let read = tokio::time::timeout(silence, reader.read(&mut buffer)).await;
-            match read {
-                Err(_) => return Err(SessionError::Silent),
-                Ok(Ok(0)) => return Ok(()),
-                Ok(Ok(n)) => {
-                    if let Some(position) = reports.feed(&buffer[..n]) {
-                        replication.confirmed(position);
-                        reported_tx.send_replace(Some(position));
-                    }
-                }
-                Ok(Err(error)) => return Err(error.into()),
-            }
-        }
-    };
-    let stream_log = async {
-        let first = loop {
-            if let Some(position) = *reported.borrow_and_update() {
-                break position;
-            }
-            if reported.changed().await.is_err() {
-                return Ok(());
-            }
-        };
-        transfer(broker, &mut writer, first).await
-    };
-    tokio::select! {
-        _ = stop.wait_for(|stop| *stop) => Ok(()),
-        result = read_reports => result,
-        result = stream_log => result,
-    }
-}
-
-/// Streams the log to the slave from `reported`, its first report, for as long as it lasts.
-async fn transfer(
-    broker: &Broker,
-    writer: &mut OwnedWriteHalf,
-    reported: u64,
-) -> Result<(), SessionError> {
     let store = &broker.store;
-    let written = store.stats().written_position;
-    let mut next = if reported == 0 {
-        // A slave with nothing starts at the base of the last segment, not the first: it
-        // need not copy what retention may delete soon.
-        written - written % store.segment_bytes()
-    } else {
-        reported
-    };
-    if next > written {
-        return Err(SessionError::SlaveAhead {
-            slave: next,
-            master: written,
-        });
-    }
-    let heartbeat = Duration::from_millis(HEARTBEAT_INTERVAL_MS);
-    let gather =
-        (!broker.replication.waits_for_slave()).then(|| Duration::from_micros(ASYNC_GATHER_US));
-    let mut frame = Vec::with_capacity(TRANSFER_BATCH_BYTES + 12);
+    // Counts this slave and holds its confirmation until the connection ends.
+    let connected = SlaveConnected::new(replication);
+    let (mut reader, mut writer) = stream.into_split();
+    let started = Instant::now();
+    let now_ms = || started.elapsed().as_millis() as u64;
+    let gather = (!replication.waits_for_slave()).then(|| Duration::from_micros(ASYNC_GATHER_US));
+    let mut session = MasterSession::new(store.segment_bytes(), now_ms());
+    let mut buffer = [0u8; REPORT_READ_BYTES];
     loop {
-        let grew = broker.replication.log_grew.notified();
-        let chunk = store
-            .read_log(next, TRANSFER_BATCH_BYTES)
-            .map_err(|error| SessionError::Read {
-                position: next,
-                message: error.to_string(),
-            })?;
-        if !chunk.bytes.is_empty() {
-            frame.clear();
-            frame.extend_from_slice(&encode_transfer_header(next, chunk.bytes.len() as u32));
-            frame.extend_from_slice(&chunk.bytes);
-            writer.write_all(&frame).await?;
-            next = chunk.next_position;
+        // Registered before the written position is read: growth after that read wakes it.
+        let grew = replication.log_grew.notified();
+        let ready = session.step(now_ms(), store.stats().written_position)?;
+        if let Some(position) = ready.confirmed {
+            connected.confirmed(position);
+        }
+        if let Some(read) = ready.read {
+            let chunk = store
+                .read_log(read.position, read.bytes_max)
+                .map_err(|error| SessionError::Read {
+                    position: read.position,
+                    message: error.to_string(),
+                })?;
+            session.log_read(chunk, now_ms())?;
             continue;
         }
-        if next != chunk.next_position {
-            // Past a segment's end: the next segment starts here.
-            next = chunk.next_position;
-            continue;
+        let deadline = started + Duration::from_millis(ready.deadline_ms);
+        let unsent = session.unsent();
+        let mut log_grew = false;
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return Ok(()),
+            written = writer.write(unsent), if !unsent.is_empty() => match written? {
+                0 => return Err(SessionError::Io(std::io::ErrorKind::WriteZero.into())),
+                written => session.wrote(written),
+            },
+            read = reader.read(&mut buffer) => match read? {
+                0 => return Ok(()),
+                read => session.receive(&buffer[..read], now_ms()),
+            },
+            _ = grew, if ready.waiting_for_log => log_grew = true,
+            _ = tokio::time::sleep_until(deadline) => {}
         }
-        match tokio::time::timeout(heartbeat, grew).await {
-            Err(_) => writer.write_all(&encode_transfer_header(next, 0)).await?,
-            Ok(()) => {
-                if let Some(gather) = gather {
-                    tokio::time::sleep(gather).await;
-                }
-            }
+        if let (true, Some(gather)) = (log_grew, gather) {
+            tokio::time::sleep(gather).await;
         }
     }
 }

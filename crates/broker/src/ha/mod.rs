@@ -1,13 +1,21 @@
 //! Master/slave replication with Apache RocketMQ's default HA protocol (`codec`): a master
 //! streams its CommitLog to each slave from the position the slave reports (`master`); a slave
 //! connects to its master, appends what it receives at the same positions through the store's
-//! second write path and reports how far it has (`slave`). `Replication` is the state both
-//! sides share with the rest of the broker: the slaves' confirmed position and the sends of a
-//! SYNC_MASTER waiting for it, and a slave's master address.
+//! second write path and reports how far it has (`slave`). Each side's protocol decisions are
+//! a state machine with no I/O (`master_session`, `slave_session`) under a thin async task.
+//! `Replication` is the state both sides share with the rest of the broker: the slaves'
+//! confirmed position and the sends of a SYNC_MASTER waiting for it, and a slave's master
+//! address.
+//!
+//! Confirmations flow one way: a `MasterSession` returns one (clamped to what it wrote to its
+//! slave), its task hands it to the connection's `SlaveConnected`, the only caller of
+//! `Replication::confirmed`, and dropping that guard when the connection ends withdraws it.
 
 pub mod codec;
 pub mod master;
+pub mod master_session;
 pub mod slave;
+pub mod slave_session;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -17,6 +25,13 @@ use tokio::sync::Notify;
 
 use crate::config::{BrokerConfig, BrokerRole};
 
+/// RocketMQ's haSendHeartbeatInterval: an idle master tells the slave where it stands this
+/// often, and a slave reports its log end at least this often.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 5_000;
+/// RocketMQ's haHousekeepingInterval: a peer that sent nothing for this long is given up, by a
+/// master its slave and by a slave its master. Four heartbeat intervals: a live peer sends at
+/// least three times meanwhile.
+pub const SLAVE_SILENCE_MS_MAX: u64 = 20_000;
 /// A slave further behind than this is not in sync: a SYNC_MASTER answers SLAVE_NOT_AVAILABLE
 /// at once rather than hold sends for a slave that cannot catch up within their timeout
 /// (RocketMQ's haMaxGapNotInSync).
@@ -53,11 +68,23 @@ pub struct MasterAddresses {
     pub ha: Option<String>,
 }
 
+/// What one slave connection has confirmed.
+struct SessionConfirmation {
+    session: u64,
+    position: u64,
+}
+
 pub struct Replication {
     role: BrokerRole,
     slave_timeout: Duration,
-    /// The highest position any slave of this master has confirmed.
+    /// The highest position a slave connected now has confirmed: the maximum over `sessions`,
+    /// kept here for the send path to read with no lock.
     confirmed: AtomicU64,
+    /// Each live slave connection's confirmation (16 connections at most). A connection that
+    /// ends takes its own out: what a slave said on a closed connection says nothing of what
+    /// the next connection's slave holds.
+    sessions: Mutex<Vec<SessionConfirmation>>,
+    next_session: AtomicU64,
     slaves: AtomicUsize,
     waiting: Mutex<Vec<Waiter>>,
     /// Wakes each slave connection's writer when the CommitLog grew.
@@ -76,6 +103,8 @@ impl Replication {
             role: config.role,
             slave_timeout: Duration::from_millis(config.slave_timeout_ms),
             confirmed: AtomicU64::new(0),
+            sessions: Mutex::new(Vec::new()),
+            next_session: AtomicU64::new(0),
             slaves: AtomicUsize::new(0),
             waiting: Mutex::new(Vec::new()),
             log_grew: Notify::new(),
@@ -139,13 +168,34 @@ impl Replication {
         }
     }
 
-    /// A slave confirmed it has everything below `position`: one confirmation completes every
-    /// send waiting at or below it, as one fsync does for a group.
-    pub fn confirmed(&self, position: u64) {
-        let before = self.confirmed.fetch_max(position, Ordering::AcqRel);
+    /// The slave on connection `session` confirmed it has everything below `position`: one
+    /// confirmation completes every send waiting at or below it, as one fsync does for a group.
+    /// Reached only through `SlaveConnected::confirmed`.
+    fn confirmed(&self, session: u64, position: u64) {
+        let before = {
+            let mut sessions = self.sessions.lock().expect("sessions lock poisoned");
+            let Some(entry) = sessions.iter_mut().find(|entry| entry.session == session) else {
+                panic!("a confirmation from slave connection {session}, which is not connected");
+            };
+            entry.position = entry.position.max(position);
+            // Under the lock, so that a withdrawal and a confirmation leave the maximum of
+            // what is left, whichever stores last.
+            self.confirmed.fetch_max(position, Ordering::AcqRel)
+        };
         if position > before {
             self.complete(|waiter| waiter.end_position <= position, Replicated::Yes);
         }
+    }
+
+    /// Slave connection `session` ended: the confirmed position falls to the highest of the
+    /// connections left (0 with none). Sends already answered stay answered: a slave connected
+    /// then had them.
+    fn withdraw(&self, session: u64) {
+        let mut sessions = self.sessions.lock().expect("sessions lock poisoned");
+        sessions.retain(|entry| entry.session != session);
+        let highest = sessions.iter().map(|entry| entry.position).max();
+        self.confirmed
+            .store(highest.unwrap_or(0), Ordering::Release);
     }
 
     /// Answers the sends whose wait has passed `slaveTimeout`.
@@ -209,19 +259,41 @@ impl Replication {
     }
 }
 
-/// Counts a slave connection for as long as it lives.
-pub struct SlaveConnected<'a>(&'a Replication);
+/// A slave connection, counted and holding its confirmation for as long as it lives.
+pub struct SlaveConnected<'a> {
+    replication: &'a Replication,
+    session: u64,
+}
 
 impl<'a> SlaveConnected<'a> {
     pub fn new(replication: &'a Replication) -> SlaveConnected<'a> {
+        let session = replication.next_session.fetch_add(1, Ordering::Relaxed);
+        replication
+            .sessions
+            .lock()
+            .expect("sessions lock poisoned")
+            .push(SessionConfirmation {
+                session,
+                position: 0,
+            });
         replication.slaves.fetch_add(1, Ordering::AcqRel);
-        SlaveConnected(replication)
+        SlaveConnected {
+            replication,
+            session,
+        }
+    }
+
+    /// This connection's slave holds the log below `position` (a `MasterSession`'s
+    /// `Ready::confirmed`).
+    pub fn confirmed(&self, position: u64) {
+        self.replication.confirmed(self.session, position);
     }
 }
 
 impl Drop for SlaveConnected<'_> {
     fn drop(&mut self) {
-        self.0.slaves.fetch_sub(1, Ordering::AcqRel);
+        self.replication.withdraw(self.session);
+        self.replication.slaves.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -247,20 +319,20 @@ mod tests {
     #[test]
     fn one_confirmation_completes_every_send_at_or_below_it() {
         let replication = sync_master();
-        let _slave = SlaveConnected::new(&replication);
+        let slave = SlaveConnected::new(&replication);
         let (tx, rx) = mpsc::channel();
         for end in [100, 200, 300] {
             replication.after_replicated(end, 300, waiter(&tx, end));
         }
         assert!(rx.try_recv().is_err());
-        replication.confirmed(250);
+        slave.confirmed(250);
         let mut done: Vec<_> = rx.try_iter().collect();
         done.sort();
         assert_eq!(done, vec![(100, Replicated::Yes), (200, Replicated::Yes)]);
         // A stale, lower report changes nothing.
-        replication.confirmed(120);
+        slave.confirmed(120);
         assert!(rx.try_recv().is_err());
-        replication.confirmed(300);
+        slave.confirmed(300);
         assert_eq!(rx.try_recv().unwrap(), (300, Replicated::Yes));
     }
 
@@ -274,6 +346,44 @@ mod tests {
         let far = SLAVE_BEHIND_BYTES_MAX + 1;
         replication.after_replicated(far, far, waiter(&tx, far));
         assert_eq!(rx.try_recv().unwrap(), (far, Replicated::NoSlave));
+    }
+
+    #[test]
+    fn the_confirmed_position_is_the_highest_of_the_slaves_connected() {
+        let replication = sync_master();
+        let ahead = SlaveConnected::new(&replication);
+        let behind = SlaveConnected::new(&replication);
+        ahead.confirmed(300);
+        behind.confirmed(100);
+        assert_eq!(replication.confirmed_position(), 300);
+        drop(behind);
+        assert_eq!(replication.confirmed_position(), 300);
+        assert_eq!(replication.slaves(), 1);
+    }
+
+    #[test]
+    fn a_slave_connection_that_ends_withdraws_its_confirmation() {
+        let replication = sync_master();
+        let (tx, rx) = mpsc::channel();
+        let first = SlaveConnected::new(&replication);
+        let second = SlaveConnected::new(&replication);
+        first.confirmed(300);
+        second.confirmed(100);
+        drop(first);
+        assert_eq!(replication.confirmed_position(), 100);
+        // A send the closed connection's slave would have covered waits for one connected.
+        replication.after_replicated(200, 300, waiter(&tx, 200));
+        assert!(rx.try_recv().is_err());
+        second.confirmed(200);
+        assert_eq!(rx.try_recv().unwrap(), (200, Replicated::Yes));
+        drop(second);
+        assert_eq!(replication.confirmed_position(), 0);
+        // A slave reconnecting starts from nothing: its earlier word does not count.
+        let again = SlaveConnected::new(&replication);
+        replication.after_replicated(300, 300, waiter(&tx, 300));
+        assert!(rx.try_recv().is_err());
+        again.confirmed(300);
+        assert_eq!(rx.try_recv().unwrap(), (300, Replicated::Yes));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! master streams at the same positions (through the store's replica write path, which also
 //! builds the ConsumeQueues and key index), report again after each append and at least every
 //! heartbeat interval. Any error closes the connection; the next one resumes from this log's
-//! end, so nothing is applied twice and nothing is skipped.
+//! end, so nothing is applied twice and nothing is skipped. What to append and when to report
+//! is decided by `SlaveSession`; this shell moves the bytes and reads the clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use super::codec::{encode_report, SlaveStream, StreamError, Units};
-use super::master::{HEARTBEAT_INTERVAL_MS, SLAVE_SILENCE_MS_MAX};
+use super::codec::{encode_report, StreamError, Units};
+use super::slave_session::{SlaveSession, SlaveSessionError};
 use crate::state::Broker;
 
 /// Between attempts to reach the master.
@@ -24,12 +26,8 @@ const READ_BUFFER_BYTES: usize = 256 * 1024;
 enum SessionError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    #[error("the master sent nothing for {SLAVE_SILENCE_MS_MAX} ms")]
-    Silent,
     #[error(transparent)]
-    Stream(#[from] StreamError),
-    #[error("the store refused what the master sent: {0}")]
-    Store(String),
+    Session(#[from] SlaveSessionError),
     #[error(
         "the master's log does not contain this slave's: its record at position {position} \
          {difference}; the slave keeps its own log and follows no further"
@@ -70,7 +68,9 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         };
         match result {
             Ok(()) => return,
-            Err(SessionError::Stream(error @ StreamError::Diverged { .. })) => {
+            Err(SessionError::Session(SlaveSessionError::Stream(
+                error @ StreamError::Diverged { .. },
+            ))) => {
                 broker.replication.refuse_master(true);
                 tracing::error!(master = %addr, %error, "refusing this master; the slave keeps its own log");
             }
@@ -166,7 +166,8 @@ fn last_record(store: &quiver_store::Store) -> Option<(u64, Vec<u8>)> {
     last
 }
 
-/// One connection to the master; Ok when stopped.
+/// One connection to the master; Ok when stopped. Bytes between the socket, the store and the
+/// `SlaveSession`, which decides what to append and when to report; the clock read here.
 async fn session(
     stream: TcpStream,
     broker: &Arc<Broker>,
@@ -178,54 +179,41 @@ async fn session(
     let log_end = store.stats().written_position;
     check_master_holds_our_log(broker).await?;
     broker.replication.refuse_master(false);
-    let mut stream = SlaveStream::new((log_end > 0).then_some(log_end), store.segment_bytes());
-    writer.write_all(&encode_report(log_end)).await?;
-    let mut reported = log_end;
+    let started = Instant::now();
+    let now_ms = || started.elapsed().as_millis() as u64;
+    let mut session = SlaveSession::new(log_end, store.segment_bytes(), now_ms());
     let mut buffer = vec![0u8; READ_BUFFER_BYTES];
-    let mut units: Vec<Units> = Vec::new();
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
-    heartbeat.tick().await;
-    let silence = Duration::from_millis(SLAVE_SILENCE_MS_MAX);
     loop {
-        let read = tokio::select! {
-            _ = stop.changed() => return Ok(()),
-            _ = heartbeat.tick() => None,
-            read = tokio::time::timeout(silence, reader.read(&mut buffer)) => Some(read),
-        };
-        let Some(read) = read else {
-            writer
-                .write_all(&encode_report(store.stats().written_position))
-                .await?;
-            continue;
-        };
-        let n = match read {
-            Err(_) => return Err(SessionError::Silent),
-            Ok(Ok(0)) => return Err(SessionError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-            Ok(Ok(n)) => n,
-            Ok(Err(error)) => return Err(error.into()),
-        };
-        stream.feed(&buffer[..n], &mut units)?;
-        if units.is_empty() {
+        let ready = session.step(now_ms())?;
+        if let Some(position) = ready.report {
+            writer.write_all(&encode_report(position)).await?;
+        }
+        if !ready.append.is_empty() {
+            // Into the page cache (with sync flush the store's sync thread fsyncs after):
+            // shorter than the hop to a blocking thread and back.
+            session.appended(apply(store, ready.append))?;
             continue;
         }
-        let batch = std::mem::take(&mut units);
-        // Into the page cache (with sync flush the store's sync thread fsyncs after): shorter
-        // than the hop to a blocking thread and back.
-        let written = apply(store, batch)?;
-        if written > reported {
-            writer.write_all(&encode_report(written)).await?;
-            reported = written;
+        let deadline = started + Duration::from_millis(ready.deadline_ms);
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            _ = tokio::time::sleep_until(deadline) => {}
+            read = reader.read(&mut buffer) => match read? {
+                0 => return Err(SessionError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                read => session.receive(&buffer[..read], now_ms())?,
+            },
         }
     }
 }
 
 /// Appends what the master sent, in order; the log's end after the last.
-fn apply(store: &quiver_store::Store, batch: Vec<Units>) -> Result<u64, SessionError> {
+fn apply(
+    store: &quiver_store::Store,
+    batch: Vec<Units>,
+) -> Result<u64, quiver_store::ReplicaError> {
     let mut written = 0;
     for unit in batch {
-        written = store
-            .append_replicated(unit.position, &unit.bytes)
-            .map_err(|error| SessionError::Store(error.to_string()))?;
+        written = store.append_replicated(unit.position, &unit.bytes)?;
     }
     Ok(written)
 }
