@@ -13,7 +13,7 @@ use quiver_wire::{decode_frame, encode_frame, encode_frame_head, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::clock::now_ms;
@@ -120,6 +120,10 @@ impl Drop for AbortOnDrop {
     }
 }
 
+// Longer than a screen on purpose: one loop reads, cuts frames, dispatches and writes a read's
+// group, and its exits (a malformed frame, the idle timeout, a stop, a peer gone) leave from
+// the middle of it; split further, each part would return an enum of those exits for this
+// loop to match again, on the path every request takes.
 async fn serve_connection(
     stream: TcpStream,
     broker: &Arc<Broker>,
@@ -130,7 +134,7 @@ async fn serve_connection(
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
     let (stop_writer, writer_stop) = oneshot::channel();
-    let mut writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing, writer_stop)));
+    let writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing, writer_stop)));
     let in_flight = Arc::new(Semaphore::new(
         broker.config.requests_in_flight_per_connection_max,
     ));
@@ -163,24 +167,13 @@ async fn serve_connection(
                 Err(_) => {
                     // Answers free permits, and the sends read so far wait to be written.
                     drop(broker.store.append(std::mem::take(&mut appends)));
-                    // A peer that reads none of its answers for the idle timeout is given up,
-                    // as one that sends nothing is: it must not hold a connection slot forever.
-                    let wait = tokio::time::timeout(idle, in_flight.clone().acquire_owned());
-                    let acquired = tokio::select! {
-                        biased;
-                        _ = shutdown.wait_for(|stop| *stop) => break,
-                        acquired = wait => acquired,
-                    };
-                    match acquired {
-                        Ok(Ok(permit)) => {
+                    match wait_for_permit(&in_flight, &mut shutdown, &connection).await {
+                        Waited::Permit(permit) => {
                             now_ms = self::now_ms();
                             permit
                         }
-                        Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
-                        Err(_) => {
-                            tracing::debug!(peer = %connection.peer, "closing connection: answers unread for the idle timeout");
-                            return Ok(());
-                        }
+                        Waited::Stop => break,
+                        Waited::Idle => return Ok(()),
                     }
                 }
             };
@@ -190,16 +183,12 @@ async fn serve_connection(
                 connection: &connection,
                 now_ms,
             };
-            match handler::dispatch(&call, &request) {
-                Reply::Now(response) => responder.reply(response),
-                Reply::Append { records, answer } => appends.push(Append {
-                    records,
-                    done: completion(broker, answer, responder),
-                }),
-                Reply::Wait(answer) => {
-                    tokio::spawn(async move { responder.reply(answer.await) });
-                }
-            }
+            carry_out(
+                broker,
+                handler::dispatch(&call, &request),
+                responder,
+                &mut appends,
+            );
         }
         write_read_appends(broker, std::mem::take(&mut appends), sync_flush).await;
         // Let the writer send this read's answers before the next read is handled: woken from
@@ -220,29 +209,89 @@ async fn serve_connection(
         };
         let Some(read) = read else {
             drain_answers(&in_flight, &broker.config).await;
-            // The writer ends between two writes (never inside a frame) and drops its half,
-            // which sends FIN after the answers; one stuck on a client that reads nothing is
-            // aborted.
-            let _ = stop_writer.send(());
-            let writer_stopped = Duration::from_millis(WRITER_STOP_MS);
-            let _ = tokio::time::timeout(writer_stopped, &mut writer_task.0).await;
-            drop(writer_task);
-            linger(&mut reader).await;
+            close_after_answers(stop_writer, writer_task, &mut reader).await;
             return Ok(());
         };
         match read {
             Ok(Ok(0)) | Err(_) => break Ok(()),
-            Ok(Ok(read)) => {
-                read_space = if read == offered {
-                    (read_space * 2).min(READ_SPACE_MAX)
-                } else {
-                    READ_SPACE_MIN.max(read_space / 2)
-                };
-            }
+            Ok(Ok(read)) => read_space = next_read_space(read_space, read, offered),
             Ok(Err(error)) => break Err(error),
         }
     };
     result
+}
+
+/// The space offered to the next read: doubled while reads fill it (up to `READ_SPACE_MAX`),
+/// so that a busy client's requests in flight arrive in one read, halved otherwise.
+fn next_read_space(read_space: usize, read: usize, offered: usize) -> usize {
+    if read == offered {
+        (read_space * 2).min(READ_SPACE_MAX)
+    } else {
+        READ_SPACE_MIN.max(read_space / 2)
+    }
+}
+
+/// Carries out what a handler returned: an answer now, records for this read's group (answered
+/// once the store has them), or a wait on a task of its own.
+fn carry_out(broker: &Arc<Broker>, reply: Reply, responder: Responder, appends: &mut Vec<Append>) {
+    match reply {
+        Reply::Now(response) => responder.reply(response),
+        Reply::Append { records, answer } => appends.push(Append {
+            records,
+            done: completion(broker, answer, responder),
+        }),
+        Reply::Wait(answer) => {
+            tokio::spawn(async move { responder.reply(answer.await) });
+        }
+    }
+}
+
+/// How a wait for an in-flight permit ended.
+enum Waited {
+    Permit(OwnedSemaphorePermit),
+    /// The broker is stopping.
+    Stop,
+    /// The peer read none of its answers for the idle timeout: given up, as one that sends
+    /// nothing is, so that it does not hold a connection slot forever.
+    Idle,
+}
+
+async fn wait_for_permit(
+    in_flight: &Arc<Semaphore>,
+    shutdown: &mut watch::Receiver<bool>,
+    connection: &Connection,
+) -> Waited {
+    let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
+    let wait = tokio::time::timeout(idle, in_flight.clone().acquire_owned());
+    let acquired = tokio::select! {
+        biased;
+        _ = shutdown.wait_for(|stop| *stop) => return Waited::Stop,
+        acquired = wait => acquired,
+    };
+    match acquired {
+        Ok(Ok(permit)) => Waited::Permit(permit),
+        Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
+        Err(_) => {
+            tracing::debug!(peer = %connection.peer, "closing connection: answers unread for the idle timeout");
+            Waited::Idle
+        }
+    }
+}
+
+/// A stopping broker's close of a connection whose answers are written: the writer ends
+/// between two writes (never inside a frame) and drops its half, which sends FIN after the
+/// answers (one stuck on a client that reads nothing is aborted); then the input is read and
+/// dropped until the client closes.
+async fn close_after_answers(
+    stop_writer: oneshot::Sender<()>,
+    mut writer_task: AbortOnDrop,
+    reader: &mut OwnedReadHalf,
+) {
+    let _ = stop_writer.send(());
+    let writer_stopped = Duration::from_millis(WRITER_STOP_MS);
+    let _ = tokio::time::timeout(writer_stopped, &mut writer_task.0).await;
+    drop(writer_task);
+    linger(reader).await;
 }
 
 /// What runs once the store has an append durable: the answer, at once, or on a SYNC_MASTER

@@ -193,17 +193,6 @@ async fn pop_once(
             ))
         }
     }
-    let ext_i64 = |key: &str| -> i64 {
-        response
-            .ext_get(key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_default()
-    };
-    let (pop_time, invisible, revive_qid) = (
-        ext_i64("popTime"),
-        ext_i64("invisibleTime"),
-        ext_i64("reviveQid") as i32,
-    );
     let messages = StoredMessage::decode_all_shared(&response.body)
         .map_err(|error| ClientError::bad_response(addr, error))?;
     // (retry flag, queue id) -> acknowledged offsets.
@@ -218,34 +207,9 @@ async fn pop_once(
         acked.entry((retry, queue_id)).or_default().push(offset);
     }
     if !acked.is_empty() {
-        let acks = acked
-            .into_iter()
-            .map(|((retry, queue_id), offsets)| {
-                let start = offsets.iter().copied().min().unwrap_or_default();
-                let mut bits = Vec::new();
-                for offset in offsets {
-                    let bit = (offset - start) as usize;
-                    if bits.len() <= bit / 8 {
-                        bits.resize(bit / 8 + 1, 0u8);
-                    }
-                    bits[bit / 8] |= 1 << (bit % 8);
-                }
-                BatchAck {
-                    consumer_group: config.group.clone(),
-                    topic: config.topic.clone(),
-                    retry: retry.as_str().to_owned(),
-                    start_offset: start,
-                    queue_id,
-                    revive_queue_id: revive_qid,
-                    pop_time,
-                    invisible_time: invisible,
-                    bit_set: encode_base64(&bits),
-                }
-            })
-            .collect();
         let batch = BatchAckMessageRequestBody {
             broker_name: broker_name.to_owned(),
-            acks,
+            acks: batch_acks(config, &response, acked),
         };
         let request = pop_request(request_code::BATCH_ACK_MESSAGE).with_body(body::to_json(&batch));
         client
@@ -253,6 +217,51 @@ async fn pop_once(
             .await?;
     }
     Ok(messages.len())
+}
+
+/// One BatchAck per (retry flag, queue): the acknowledged offsets as a bit set from the lowest,
+/// with the pop answer's pop time, invisible time and revive queue.
+fn batch_acks(
+    config: &PopConsumerConfig,
+    response: &quiver_wire::Command,
+    acked: BTreeMap<(RetryFlag, i32), Vec<i64>>,
+) -> Vec<BatchAck> {
+    let ext_i64 = |key: &str| -> i64 {
+        response
+            .ext_get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    };
+    let (pop_time, invisible, revive_qid) = (
+        ext_i64("popTime"),
+        ext_i64("invisibleTime"),
+        ext_i64("reviveQid") as i32,
+    );
+    acked
+        .into_iter()
+        .map(|((retry, queue_id), offsets)| {
+            let start = offsets.iter().copied().min().unwrap_or_default();
+            let mut bits = Vec::new();
+            for offset in offsets {
+                let bit = (offset - start) as usize;
+                if bits.len() <= bit / 8 {
+                    bits.resize(bit / 8 + 1, 0u8);
+                }
+                bits[bit / 8] |= 1 << (bit % 8);
+            }
+            BatchAck {
+                consumer_group: config.group.clone(),
+                topic: config.topic.clone(),
+                retry: retry.as_str().to_owned(),
+                start_offset: start,
+                queue_id,
+                revive_queue_id: revive_qid,
+                pop_time,
+                invisible_time: invisible,
+                bit_set: encode_base64(&bits),
+            }
+        })
+        .collect()
 }
 
 /// The retry flag, queue and offset an acknowledgement of `message` names: the broker's handle

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_store::ReadStatus;
+use quiver_store::{QueueBounds, ReadStatus};
 use quiver_wire::body::{self, BatchAckMessageRequestBody};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
@@ -235,6 +235,17 @@ fn pop_once(
     found
 }
 
+/// One queue a pop looks at: what it asks of the queue, and where the queue stands.
+struct PopTarget<'a> {
+    header: &'a PopMessageRequestHeader,
+    topic: &'a str,
+    queue_id: i32,
+    /// The consumed topic's pop retry topic: its copies were filtered once and are handed out
+    /// under the consumed topic's name.
+    is_retry: bool,
+    bounds: QueueBounds,
+}
+
 fn pop_queue(
     broker: &Broker,
     header: &PopMessageRequestHeader,
@@ -244,78 +255,41 @@ fn pop_queue(
     now_ms: i64,
     found: &mut Found,
 ) {
-    let bounds = broker.store.bounds(topic, queue_id as u32);
+    let target = PopTarget {
+        header,
+        topic,
+        queue_id,
+        is_retry: topic != header.topic,
+        bounds: broker.store.bounds(topic, queue_id as u32),
+    };
+    let bounds = target.bounds;
+    let group = &header.consumer_group;
     let key = QueueKey {
-        group: header.consumer_group.clone(),
+        group: group.clone(),
         topic: topic.to_string(),
         queue_id,
     };
     let wanted = (header.max_msg_nums as usize).saturating_sub(found.count);
-    let is_retry = topic != header.topic;
-    let ordered = header.order.unwrap_or(false) && !is_retry;
+    let ordered = header.order.unwrap_or(false) && !target.is_retry;
     if wanted == 0 {
         let cursor = broker.pop.cursor(&key).unwrap_or(bounds.min_offset);
-        found.rest += bounds.max_offset.saturating_sub(cursor);
-        return;
+        return found.rest += bounds.max_offset.saturating_sub(cursor);
     }
     // An admin reset moved this queue's pop cursor when it came (`PopState::reset`); the
     // copy of it waiting for a pull is spent by a pop, as RocketMQ's pop takes it, or the
     // group's first pull of the queue, later, would be sent back to it.
-    broker
-        .offsets
-        .take_reset(topic, &header.consumer_group, queue_id);
-    let init = || {
-        // A group that consumed this queue before (by pull) goes on from its committed offset.
-        let committed = broker
-            .offsets
-            .get(topic, &header.consumer_group, queue_id)
-            .map(|o| o.max(0) as u64);
-        committed.unwrap_or(if header.init_mode == 1 && !is_retry {
-            bounds.max_offset
-        } else {
-            bounds.min_offset
-        })
-    };
+    broker.offsets.take_reset(topic, group, queue_id);
     let mut bytes = Vec::new();
     let claim = broker.pop.claim(
         &key,
         (now_ms, header.invisible_time),
         ordered,
-        init,
+        || first_pop_offset(broker, &target),
         |cursor, room| {
-            let wanted = wanted.min(room);
-            let cursor = cursor.max(bounds.min_offset);
-            if cursor >= bounds.max_offset {
-                return (Vec::new(), cursor);
-            }
-            // Retry copies were selected once already: they are not filtered again.
-            let all = MessageFilter::Tags(TagFilter::All);
-            let filter = if is_retry { &all } else { filter };
-            let accept = |code: i64| filter.accepts_code(code);
-            let read = read_matching(
-                filter,
-                cursor,
-                wanted as u32,
-                POP_BYTES_MAX,
-                |from, count, bytes| {
-                    broker
-                        .store
-                        .read(topic, queue_id as u32, from, count, bytes, &accept)
-                },
-            );
-            match read {
-                Ok(read) => {
-                    let offsets = record_offsets(&read.bytes);
-                    if read.status == ReadStatus::Found {
-                        bytes = read.bytes;
-                    }
-                    (offsets, read.next_offset)
-                }
-                Err(error) => {
-                    tracing::warn!(topic, queue_id, %error, "pop could not read the queue");
-                    (Vec::new(), cursor)
-                }
-            }
+            let (offsets, next, read) =
+                read_for_pop(broker, &target, filter, cursor, wanted.min(room));
+            bytes = read;
+            (offsets, next)
         },
     );
     let (offsets, low) = match claim {
@@ -323,74 +297,153 @@ fn pop_queue(
             found.full = true;
             return;
         }
-        Claim::Busy => {
-            let cursor = broker.pop.cursor(&key).unwrap_or(bounds.max_offset);
-            found.rest += bounds.max_offset.saturating_sub(cursor);
-            return;
-        }
+        Claim::Busy => return found.rest += rest_after_cursor(broker, &key, bounds),
         Claim::Taken { offsets, low } => (offsets, low),
     };
-    broker
-        .offsets
-        .commit(topic, &header.consumer_group, queue_id, low as i64);
-    let cursor = broker.pop.cursor(&key).unwrap_or(bounds.max_offset);
-    found.rest += bounds.max_offset.saturating_sub(cursor);
+    broker.offsets.commit(topic, group, queue_id, low as i64);
+    found.rest += rest_after_cursor(broker, &key, bounds);
     if offsets.is_empty() {
         return;
     }
     found.count += offsets.len();
-    broker
-        .counters
-        .messages_got
-        .fetch_add(offsets.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    if is_retry {
-        // Handed out under the consumed topic's name, with the handle built here: the client
-        // keeps a POP_CK it finds and acks the retry topic's queue and offset through it.
-        let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            let Ok((mut message, size)) = StoredMessage::decode(rest, false) else {
-                break;
-            };
-            rest = &rest[size..];
-            let handle = ReceiptHandle {
-                start_offset: offsets[0] as i64,
-                pop_time_ms: now_ms,
-                invisible_ms: header.invisible_time,
-                revive_queue_id: REVIVE_QID,
-                retry: RetryFlag::Retry,
-                broker_name: broker.config.broker_name.clone(),
-                queue_id,
-                queue_offset: Some(message.queue_offset),
-            };
-            message.topic = header.topic.clone();
-            message.properties = crate::stored::with_property(
-                &message.properties,
-                property::POP_CK,
-                &handle.encode(),
-            );
-            let _ = message.encode(&mut found.body);
-        }
+    let got = &broker.counters.messages_got;
+    got.fetch_add(offsets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    if target.is_retry {
+        hand_out_retries(broker, &target, &offsets, &bytes, now_ms, found);
     } else {
-        let list: Vec<String> = offsets.iter().map(u64::to_string).collect();
-        found
-            .start_offsets
-            .push(format!("{NORMAL} {queue_id} {}", offsets[0]));
-        found
-            .message_offsets
-            .push(format!("{NORMAL} {queue_id} {}", list.join(",")));
-        if ordered {
-            let attempts = broker.pop.attempts(&key, &offsets);
-            for (offset, count) in offsets.iter().zip(attempts) {
-                found
-                    .order_counts
-                    .push(format!("{NORMAL} qo{queue_id}%{offset} {count}"));
-            }
+        let attempts = ordered.then(|| broker.pop.attempts(&key, &offsets));
+        hand_out(queue_id, &offsets, attempts, bytes, found);
+    }
+}
+
+/// Messages of the queue past the group's pop cursor (none for a queue it never popped).
+fn rest_after_cursor(broker: &Broker, key: &QueueKey, bounds: QueueBounds) -> u64 {
+    let cursor = broker.pop.cursor(key).unwrap_or(bounds.max_offset);
+    bounds.max_offset.saturating_sub(cursor)
+}
+
+/// Where a group's first pop of a queue starts: a group that consumed it before (by pull) goes
+/// on from its committed offset; else the queue's end with init mode 1 (the consumed topic
+/// only), its start otherwise.
+fn first_pop_offset(broker: &Broker, target: &PopTarget) -> u64 {
+    let header = target.header;
+    let committed = broker
+        .offsets
+        .get(target.topic, &header.consumer_group, target.queue_id)
+        .map(|o| o.max(0) as u64);
+    committed.unwrap_or(if header.init_mode == 1 && !target.is_retry {
+        target.bounds.max_offset
+    } else {
+        target.bounds.min_offset
+    })
+}
+
+/// Reads up to `wanted` matching messages from `cursor`, with no lock held: their offsets, the
+/// offset after the last one scanned, and their bytes.
+fn read_for_pop(
+    broker: &Broker,
+    target: &PopTarget,
+    filter: &MessageFilter,
+    cursor: u64,
+    wanted: usize,
+) -> (Vec<u64>, u64, Vec<u8>) {
+    let (topic, queue_id) = (target.topic, target.queue_id);
+    let cursor = cursor.max(target.bounds.min_offset);
+    if cursor >= target.bounds.max_offset {
+        return (Vec::new(), cursor, Vec::new());
+    }
+    // Retry copies were selected once already: they are not filtered again.
+    let all = MessageFilter::Tags(TagFilter::All);
+    let filter = if target.is_retry { &all } else { filter };
+    let accept = |code: i64| filter.accepts_code(code);
+    let read = read_matching(
+        filter,
+        cursor,
+        wanted as u32,
+        POP_BYTES_MAX,
+        |from, count, bytes| {
+            broker
+                .store
+                .read(topic, queue_id as u32, from, count, bytes, &accept)
+        },
+    );
+    match read {
+        Ok(read) => {
+            let offsets = record_offsets(&read.bytes);
+            let bytes = if read.status == ReadStatus::Found {
+                read.bytes
+            } else {
+                Vec::new()
+            };
+            (offsets, read.next_offset, bytes)
         }
-        if found.body.is_empty() {
-            found.body = bytes;
-        } else {
-            found.body.extend_from_slice(&bytes);
+        Err(error) => {
+            tracing::warn!(topic, queue_id, %error, "pop could not read the queue");
+            (Vec::new(), cursor, Vec::new())
         }
+    }
+}
+
+/// Copies from the retry topic are handed out under the consumed topic's name, with the handle
+/// built here: the client keeps a POP_CK it finds and acks the retry topic's queue and offset
+/// through it.
+fn hand_out_retries(
+    broker: &Broker,
+    target: &PopTarget,
+    offsets: &[u64],
+    bytes: &[u8],
+    now_ms: i64,
+    found: &mut Found,
+) {
+    let header = target.header;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let Ok((mut message, size)) = StoredMessage::decode(rest, false) else {
+            break;
+        };
+        rest = &rest[size..];
+        let handle = ReceiptHandle {
+            start_offset: offsets[0] as i64,
+            pop_time_ms: now_ms,
+            invisible_ms: header.invisible_time,
+            revive_queue_id: REVIVE_QID,
+            retry: RetryFlag::Retry,
+            broker_name: broker.config.broker_name.clone(),
+            queue_id: target.queue_id,
+            queue_offset: Some(message.queue_offset),
+        };
+        message.topic = header.topic.clone();
+        message.properties =
+            crate::stored::with_property(&message.properties, property::POP_CK, &handle.encode());
+        let _ = message.encode(&mut found.body);
+    }
+}
+
+/// Messages of the consumed topic go out as stored; the client builds their handles from the
+/// answer's offset lists (and, for an ordered queue, how often each was handed out).
+fn hand_out(
+    queue_id: i32,
+    offsets: &[u64],
+    attempts: Option<Vec<i32>>,
+    bytes: Vec<u8>,
+    found: &mut Found,
+) {
+    let list: Vec<String> = offsets.iter().map(u64::to_string).collect();
+    found
+        .start_offsets
+        .push(format!("{NORMAL} {queue_id} {}", offsets[0]));
+    found
+        .message_offsets
+        .push(format!("{NORMAL} {queue_id} {}", list.join(",")));
+    for (offset, count) in offsets.iter().zip(attempts.into_iter().flatten()) {
+        found
+            .order_counts
+            .push(format!("{NORMAL} qo{queue_id}%{offset} {count}"));
+    }
+    if found.body.is_empty() {
+        found.body = bytes;
+    } else {
+        found.body.extend_from_slice(&bytes);
     }
 }
 
