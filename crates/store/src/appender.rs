@@ -23,8 +23,8 @@ use crate::log::Writer;
 use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::queues::{valid_topic, Queues};
 use crate::types::{
-    Append, AppendError, AppendOutcome, Appended, DeleteTopicError, FlushStatus, ReplicaError,
-    StoreConfig, TopicDeletion,
+    Append, AppendError, AppendOutcome, Appended, DeleteTopicError, FlushStatus, Record,
+    ReplicaError, StoreConfig, TopicDeletion,
 };
 use quiver_record::{RecordView, BLANK_BYTES, MAGIC_BLANK, RECORD_BYTES_MIN};
 
@@ -315,42 +315,10 @@ impl Appender {
                 position = base;
             }
             let mut entries = Vec::with_capacity(job.records.len());
-            for r in &job.records {
-                let w = self.writer_index(&r.topic, r.queue_id)?;
-                let writer = &mut self.writers[w];
-                let offset = writer.next_offset;
-                writer.next_offset += 1;
-                if !writer.touched {
-                    writer.touched = true;
-                    writer.pending.clear();
-                    writer.pending_first = offset;
-                    self.touched.push(w);
-                }
-                let size = r.bytes.len() as u32;
-                writer.pending.extend_from_slice(
-                    &Entry {
-                        position,
-                        size,
-                        tags_code: r.tags_code,
-                    }
-                    .encode(),
-                );
-                let start = self.buf.len();
-                self.buf.extend_from_slice(&r.bytes);
-                quiver_record::patch_offsets(&mut self.buf[start..], offset, position);
-                for key in &r.keys {
-                    self.keys.push(KeyEntry {
-                        key_hash: quiver_record::index_key_hash(&r.topic, key),
-                        position,
-                        store_timestamp_ms: r.store_timestamp_ms,
-                    });
-                }
-                entries.push(Appended {
-                    queue_offset: offset,
-                    position,
-                    size,
-                });
-                position += u64::from(size);
+            for record in &job.records {
+                let appended = self.lay_out(record, position)?;
+                position += u64::from(appended.size);
+                entries.push(appended);
             }
             outcomes.push(entries);
         }
@@ -363,6 +331,58 @@ impl Appender {
             });
         }
         self.write_chunks()?;
+        self.write_dispatched(position)?;
+        assert!(
+            position - base < segment_bytes,
+            "a segment always keeps room for its end marker"
+        );
+        self.commitlog.advance(position);
+        Ok(outcomes)
+    }
+
+    /// Lays out one record at `position`: hands out its queue offset, adds its ConsumeQueue
+    /// entry and index keys, and copies it into the group's buffer with its offsets patched in.
+    #[inline]
+    fn lay_out(&mut self, r: &Record, position: u64) -> io::Result<Appended> {
+        let w = self.writer_index(&r.topic, r.queue_id)?;
+        let writer = &mut self.writers[w];
+        let offset = writer.next_offset;
+        writer.next_offset += 1;
+        if !writer.touched {
+            writer.touched = true;
+            writer.pending.clear();
+            writer.pending_first = offset;
+            self.touched.push(w);
+        }
+        let size = r.bytes.len() as u32;
+        writer.pending.extend_from_slice(
+            &Entry {
+                position,
+                size,
+                tags_code: r.tags_code,
+            }
+            .encode(),
+        );
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&r.bytes);
+        quiver_record::patch_offsets(&mut self.buf[start..], offset, position);
+        for key in &r.keys {
+            self.keys.push(KeyEntry {
+                key_hash: quiver_record::index_key_hash(&r.topic, key),
+                position,
+                store_timestamp_ms: r.store_timestamp_ms,
+            });
+        }
+        Ok(Appended {
+            queue_offset: offset,
+            position,
+            size,
+        })
+    }
+
+    /// Writes the ConsumeQueue entries laid out for this call, one run per queue touched, and
+    /// its index keys; every record below `end` then has its keys added.
+    fn write_dispatched(&mut self, end: u64) -> io::Result<()> {
         for &w in &self.touched {
             let writer = &self.writers[w];
             writer
@@ -370,13 +390,8 @@ impl Appender {
                 .write_entries(writer.pending_first, &writer.pending)?;
         }
         self.index.add(&self.keys)?;
-        self.index.indexed_up_to(position);
-        assert!(
-            position - base < segment_bytes,
-            "a segment always keeps room for its end marker"
-        );
-        self.commitlog.advance(position);
-        Ok(outcomes)
+        self.index.indexed_up_to(end);
+        Ok(())
     }
 
     fn write_chunks(&mut self) -> io::Result<()> {
@@ -674,15 +689,7 @@ impl Appender {
             self.commitlog.write(base, at - base, chunk).map_err(io)?;
             at = chunk_end;
         }
-        for &w in &self.touched {
-            let writer = &self.writers[w];
-            writer
-                .queue
-                .write_entries(writer.pending_first, &writer.pending)
-                .map_err(io)?;
-        }
-        self.index.add(&self.keys).map_err(io)?;
-        self.index.indexed_up_to(end);
+        self.write_dispatched(end).map_err(io)?;
         self.commitlog.advance_replicated(end);
         Ok(())
     }

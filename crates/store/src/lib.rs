@@ -270,6 +270,76 @@ fn spawn(
         })
 }
 
+/// The store's own threads, and the senders whose drop wakes and stops the timed ones.
+struct Threads {
+    handles: Vec<JoinHandle<()>>,
+    stops: Vec<mpsc::Sender<()>>,
+}
+
+impl Threads {
+    /// Starts a store thread that runs until its stop sender is dropped.
+    fn start_stoppable(
+        &mut self,
+        name: &str,
+        lock: &Arc<std::fs::File>,
+        body: impl FnOnce(mpsc::Receiver<()>) + Send + 'static,
+    ) -> Result<(), OpenError> {
+        let (stop, stopped) = mpsc::channel();
+        self.stops.push(stop);
+        self.handles.push(spawn(name, lock, move || body(stopped))?);
+        Ok(())
+    }
+}
+
+/// Starts the threads of the flush mode (the flusher, or the checkpointer and the sync thread)
+/// and the zeroer. Returns sync flush's timeout for the appender, with the threads.
+fn start_threads(
+    flush: FlushMode,
+    log: &Arc<Log>,
+    durability: &Arc<Durability>,
+    group_commit: &Arc<GroupCommit>,
+    lock: &Arc<std::fs::File>,
+) -> Result<(Option<Duration>, Threads), OpenError> {
+    let mut threads = Threads {
+        handles: Vec::new(),
+        stops: Vec::new(),
+    };
+    let d = Arc::clone(durability);
+    let sync = match flush {
+        FlushMode::Async {
+            interval_ms,
+            least_pages,
+        } => {
+            threads.start_stoppable("quiver-store-flusher", lock, move |stopped| {
+                flusher::run_async(d, stopped, interval_ms, least_pages)
+            })?;
+            None
+        }
+        FlushMode::Sync { timeout_ms } => {
+            threads.start_stoppable("quiver-store-checkpoint", lock, move |stopped| {
+                flusher::run_checkpointer(d, stopped)
+            })?;
+            let g = Arc::clone(group_commit);
+            threads
+                .handles
+                .push(spawn("quiver-store-sync", lock, move || g.run_thread())?);
+            Some(Duration::from_millis(timeout_ms))
+        }
+    };
+    // Zeroed space pays off when every group waits for an fdatasync; with async flush it
+    // would double the bytes written for a flush that nobody waits on, so the space is
+    // only allocated.
+    let fill = match flush {
+        FlushMode::Sync { .. } => prealloc::Fill::Zeros,
+        FlushMode::Async { .. } => prealloc::Fill::Allocate,
+    };
+    let l = Arc::clone(log);
+    threads.start_stoppable("quiver-store-zeroer", lock, move |stopped| {
+        prealloc::run(l, fill, stopped)
+    })?;
+    Ok((sync, threads))
+}
+
 impl Store {
     pub fn open(config: StoreConfig) -> Result<(Store, RecoveryReport), OpenError> {
         let flush = config.flush;
@@ -282,47 +352,8 @@ impl Store {
             lock,
         } = recovered;
         let lock = Arc::new(lock);
-        let mut threads = Vec::new();
-        let mut stops = Vec::new();
         let group_commit = Arc::new(GroupCommit::new(Arc::clone(&log)));
-        let sync = match flush {
-            FlushMode::Async {
-                interval_ms,
-                least_pages,
-            } => {
-                let (stop, stopped) = mpsc::channel();
-                stops.push(stop);
-                let d = Arc::clone(&durability);
-                threads.push(spawn("quiver-store-flusher", &lock, move || {
-                    flusher::run_async(d, stopped, interval_ms, least_pages)
-                })?);
-                None
-            }
-            FlushMode::Sync { timeout_ms } => {
-                let (stop, stopped) = mpsc::channel();
-                stops.push(stop);
-                let d = Arc::clone(&durability);
-                threads.push(spawn("quiver-store-checkpoint", &lock, move || {
-                    flusher::run_checkpointer(d, stopped)
-                })?);
-                let g = Arc::clone(&group_commit);
-                threads.push(spawn("quiver-store-sync", &lock, move || g.run_thread())?);
-                Some(Duration::from_millis(timeout_ms))
-            }
-        };
-        // Zeroed space pays off when every group waits for an fdatasync; with async flush it
-        // would double the bytes written for a flush that nobody waits on, so the space is
-        // only allocated.
-        let fill = match flush {
-            FlushMode::Sync { .. } => prealloc::Fill::Zeros,
-            FlushMode::Async { .. } => prealloc::Fill::Allocate,
-        };
-        let (stop, stopped) = mpsc::channel();
-        stops.push(stop);
-        let l = Arc::clone(&log);
-        threads.push(spawn("quiver-store-zeroer", &lock, move || {
-            prealloc::run(l, fill, stopped)
-        })?);
+        let (sync, threads) = start_threads(flush, &log, &durability, &group_commit, &lock)?;
         let appender = Appender::new(
             log::Writer::new(Arc::clone(&log)),
             Arc::clone(&queues),
@@ -346,8 +377,8 @@ impl Store {
                 sync_flush: sync.is_some(),
                 appender: Mutex::new(appender),
                 group_commit,
-                stops: Mutex::new(stops),
-                threads: Mutex::new(threads),
+                stops: Mutex::new(threads.stops),
+                threads: Mutex::new(threads.handles),
                 closed: Mutex::new(false),
                 config,
                 log,

@@ -35,6 +35,40 @@ struct Run {
     first: usize,
 }
 
+/// The entries a read takes, all chosen before any record is read, so that adjacent records
+/// are read with one call into a buffer sized once.
+struct Taken {
+    runs: Vec<Run>,
+    /// Per taken entry: its size and its queue offset.
+    sizes: Vec<u32>,
+    offsets: Vec<u64>,
+    bytes: u64,
+    /// After the last entry scanned.
+    next_offset: u64,
+    /// The first entry passed over for a size no record can have.
+    skipped: Option<ReadError>,
+}
+
+impl Taken {
+    /// Takes the record at `offset`, in the run it continues or in a new one.
+    #[inline]
+    fn push(&mut self, entry: Entry, offset: u64) {
+        match self.runs.last_mut() {
+            Some(r) if r.start.checked_add(r.bytes) == Some(entry.position) => {
+                r.bytes += u64::from(entry.size);
+            }
+            _ => self.runs.push(Run {
+                start: entry.position,
+                bytes: u64::from(entry.size),
+                first: self.sizes.len(),
+            }),
+        }
+        self.sizes.push(entry.size);
+        self.offsets.push(offset);
+        self.bytes += u64::from(entry.size);
+    }
+}
+
 pub fn read(
     reader: Reader<'_>,
     topic: &str,
@@ -45,126 +79,43 @@ pub fn read(
     accept: &dyn Fn(i64) -> bool,
 ) -> Result<QueueRead, ReadError> {
     let Reader { log, queues, .. } = reader;
-    let (queue, min, max) = match queues.get(topic, queue_id) {
-        Some(queue) => {
-            let (min, max) = queue.bounds();
-            (Some(queue), min, max)
-        }
-        None => (None, 0, 0),
-    };
-    let answer = |status, next_offset| QueueRead {
-        status,
-        bytes: Vec::new(),
-        message_count: 0,
-        next_offset,
-        min_offset: min,
-        max_offset: max,
-        damage: None,
-    };
-    let queue = match queue {
-        Some(queue) if max > 0 => queue,
-        _ if offset == 0 => return Ok(answer(ReadStatus::NoMessageInQueue, 0)),
-        _ => return Ok(answer(ReadStatus::OffsetOverflowBadly, 0)),
-    };
-    if offset < min {
-        return Ok(answer(ReadStatus::OffsetTooSmall, min));
+    let queue = queues.get(topic, queue_id);
+    let (min, max) = queue.as_ref().map_or((0, 0), |queue| queue.bounds());
+    if let Some((status, next_offset)) = offset_outside(offset, min, max) {
+        return Ok(no_records(status, next_offset, min, max));
     }
-    if offset == max {
-        return Ok(answer(ReadStatus::OffsetOverflowOne, offset));
-    }
-    if offset > max {
-        return Ok(answer(ReadStatus::OffsetOverflowBadly, max));
-    }
+    let queue = queue.expect("a queue holding entries exists");
     let max_messages = max_messages.max(1);
     let scan = (max - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
     let mut entries = Vec::new();
-    let missing = |e: &io::Error| {
-        matches!(
-            e.kind(),
-            io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof
-        )
-    };
-    if let Err(e) = queue.read_entries(offset, scan, &mut entries) {
-        if !missing(&e) {
-            return Err(ReadError::io(&queue.path_for(offset), &e));
-        }
-        // A file missing or cut short below the queue's end (damage, or removed by hand): read
-        // what this offset's file holds, or, if it is that file, move the reader on to the next
-        // one as RocketMQ does, instead of failing every pull there.
-        let file_end = queue.next_file_start(offset).min(max);
-        match queue.read_entries(offset, file_end - offset, &mut entries) {
-            Ok(()) => {}
-            Err(e) if missing(&e) => return Ok(answer(ReadStatus::NoMatchedMessage, file_end)),
-            Err(e) => return Err(ReadError::io(&queue.path_for(offset), &e)),
-        }
+    if let Some(file_end) = scan_entries(&queue, offset, scan, max, &mut entries)? {
+        return Ok(no_records(ReadStatus::NoMatchedMessage, file_end, min, max));
     }
-    let mut next_offset = offset;
-    // Contiguous records are read with one call; all reads happen once the entries are
-    // chosen, into a buffer sized once.
-    let mut runs: Vec<Run> = Vec::new();
-    // Per taken entry: its size and its queue offset.
-    let mut sizes = Vec::new();
-    let mut offsets = Vec::new();
-    let mut taken_bytes = 0u64;
+    let taken = take_entries(
+        log,
+        &queue,
+        &entries,
+        offset,
+        max_messages,
+        max_bytes,
+        accept,
+    );
+    let mut out = Vec::with_capacity(taken.bytes as usize);
     let mut segment_cache = None;
     let mut damage = None;
-    let mut skipped = None;
-    // Entries below the log's start were removed by retention; they are met when this queue's
-    // minimum lags (a damaged file stopped retention from trimming it).
-    let log_start = log.min_position();
-    for (i, raw) in entries.chunks_exact(ENTRY_BYTES).enumerate() {
-        if sizes.len() >= max_messages as usize {
-            break;
-        }
-        let entry = Entry::decode(raw);
-        // Bounded by the segment, not by `record_bytes_max`, which limits appends only.
-        let oversized = u64::from(entry.size) > log.segment_bytes();
-        if oversized && skipped.is_none() {
-            // Larger than any record: reading it would only cost memory.
-            let at = offset + i as u64;
-            skipped = Some(ReadError::Corrupt {
-                path: queue.path_for(at).display().to_string(),
-                position: queue.byte_in_file(at),
-                reason: format!("ConsumeQueue entry gives an impossible size {}", entry.size),
-            });
-        }
-        let servable = entry.size as usize >= RECORD_BYTES_MIN
-            && !oversized
-            && entry.position >= log_start
-            && !log.is_damaged(entry.position);
-        if servable && accept(entry.tags_code) {
-            if !sizes.is_empty() && taken_bytes + u64::from(entry.size) > u64::from(max_bytes) {
-                break;
-            }
-            match runs.last_mut() {
-                Some(r) if r.start.checked_add(r.bytes) == Some(entry.position) => {
-                    r.bytes += u64::from(entry.size);
-                }
-                _ => runs.push(Run {
-                    start: entry.position,
-                    bytes: u64::from(entry.size),
-                    first: sizes.len(),
-                }),
-            }
-            sizes.push(entry.size);
-            offsets.push(offset + i as u64);
-            taken_bytes += u64::from(entry.size);
-        }
-        next_offset = offset + i as u64 + 1;
-    }
-    let mut out = Vec::with_capacity(taken_bytes as usize);
-    for run in &runs {
-        damage = read_run(log, run, &sizes, &mut out, &mut segment_cache)?;
+    for run in &taken.runs {
+        damage = read_run(log, run, &taken.sizes, &mut out, &mut segment_cache)?;
         if damage.is_some() {
             break;
         }
     }
-    let mut count = sizes.len();
+    let mut count = taken.sizes.len();
+    let mut next_offset = taken.next_offset;
     if let Some(damage) = &damage {
         // The records before the damaged one are served; the next read starts at it, and
         // one that starts at it moves past it, so a consumer is never stuck there.
         count = damage.record;
-        let at = offsets[damage.record];
+        let at = taken.offsets[damage.record];
         next_offset = if count > 0 { at } else { at + 1 };
     }
     let status = if count > 0 {
@@ -179,8 +130,127 @@ pub fn read(
         next_offset,
         min_offset: min,
         max_offset: max,
-        damage: damage.map(|d| d.error).or(skipped),
+        damage: damage.map(|d| d.error).or(taken.skipped),
     })
+}
+
+/// The status of a read at `offset` and the offset to read next, when the queue (holding
+/// `[min, max)`) has no entry there; None when it has.
+fn offset_outside(offset: u64, min: u64, max: u64) -> Option<(ReadStatus, u64)> {
+    if max == 0 {
+        return Some(if offset == 0 {
+            (ReadStatus::NoMessageInQueue, 0)
+        } else {
+            (ReadStatus::OffsetOverflowBadly, 0)
+        });
+    }
+    if offset < min {
+        Some((ReadStatus::OffsetTooSmall, min))
+    } else if offset == max {
+        Some((ReadStatus::OffsetOverflowOne, offset))
+    } else if offset > max {
+        Some((ReadStatus::OffsetOverflowBadly, max))
+    } else {
+        None
+    }
+}
+
+/// An answer that carries no record.
+fn no_records(status: ReadStatus, next_offset: u64, min: u64, max: u64) -> QueueRead {
+    QueueRead {
+        status,
+        bytes: Vec::new(),
+        message_count: 0,
+        next_offset,
+        min_offset: min,
+        max_offset: max,
+        damage: None,
+    }
+}
+
+/// Reads `count` entries from `offset` into `entries`. A file missing or cut short below the
+/// queue's end (`max`; damage, or removed by hand) gives what this offset's file holds, or, if
+/// it is that file, the next file's first offset (returned), where the reader moves on as
+/// RocketMQ does, instead of failing every pull there.
+fn scan_entries(
+    queue: &ConsumeQueue,
+    offset: u64,
+    count: u64,
+    max: u64,
+    entries: &mut Vec<u8>,
+) -> Result<Option<u64>, ReadError> {
+    let missing = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof
+        )
+    };
+    match queue.read_entries(offset, count, entries) {
+        Ok(()) => return Ok(None),
+        Err(e) if !missing(&e) => return Err(ReadError::io(&queue.path_for(offset), &e)),
+        Err(_) => {}
+    }
+    let file_end = queue.next_file_start(offset).min(max);
+    match queue.read_entries(offset, file_end - offset, entries) {
+        Ok(()) => Ok(None),
+        Err(e) if missing(&e) => Ok(Some(file_end)),
+        Err(e) => Err(ReadError::io(&queue.path_for(offset), &e)),
+    }
+}
+
+/// Chooses what a read takes of the `entries` scanned from `offset`: up to `max_messages`
+/// accepted records within `max_bytes` (the first one whatever its size), passing over entries
+/// the log cannot serve.
+fn take_entries(
+    log: &Log,
+    queue: &ConsumeQueue,
+    entries: &[u8],
+    offset: u64,
+    max_messages: u32,
+    max_bytes: u32,
+    accept: &dyn Fn(i64) -> bool,
+) -> Taken {
+    let mut taken = Taken {
+        runs: Vec::new(),
+        sizes: Vec::new(),
+        offsets: Vec::new(),
+        bytes: 0,
+        next_offset: offset,
+        skipped: None,
+    };
+    // Entries below the log's start were removed by retention; they are met when this queue's
+    // minimum lags (a damaged file stopped retention from trimming it).
+    let log_start = log.min_position();
+    for (i, raw) in entries.chunks_exact(ENTRY_BYTES).enumerate() {
+        if taken.sizes.len() >= max_messages as usize {
+            break;
+        }
+        let entry = Entry::decode(raw);
+        let at = offset + i as u64;
+        // Bounded by the segment, not by `record_bytes_max`, which limits appends only.
+        let oversized = u64::from(entry.size) > log.segment_bytes();
+        if oversized && taken.skipped.is_none() {
+            // Larger than any record: reading it would only cost memory.
+            taken.skipped = Some(ReadError::Corrupt {
+                path: queue.path_for(at).display().to_string(),
+                position: queue.byte_in_file(at),
+                reason: format!("ConsumeQueue entry gives an impossible size {}", entry.size),
+            });
+        }
+        let servable = entry.size as usize >= RECORD_BYTES_MIN
+            && !oversized
+            && entry.position >= log_start
+            && !log.is_damaged(entry.position);
+        if servable && accept(entry.tags_code) {
+            if !taken.sizes.is_empty() && taken.bytes + u64::from(entry.size) > u64::from(max_bytes)
+            {
+                break;
+            }
+            taken.push(entry, at);
+        }
+        taken.next_offset = at + 1;
+    }
+    taken
 }
 
 /// A record a ConsumeQueue entry points at that the CommitLog does not hold as the entry
@@ -199,50 +269,21 @@ fn read_run(
     out: &mut Vec<u8>,
     segment_cache: &mut Option<(u64, Arc<File>)>,
 ) -> Result<Option<Damage>, ReadError> {
-    let segment_bytes = log.segment_bytes();
-    let cached = matches!(segment_cache, Some((base, _)) if *base <= run.start && run.start < *base + segment_bytes);
-    if !cached {
-        match log.find(run.start) {
-            Some(found) => *segment_cache = Some(found),
-            // Retention removed the segment after this read began: the caller's next read
-            // finds the queue's minimum raised.
-            None if run.start < log.min_position() => {
-                return Err(ReadError::NoRecord(run.start));
-            }
-            // A damaged entry: skipped like the others, or its consumer would retry it forever.
-            None => {
-                return Ok(Some(Damage {
-                    record: run.first,
-                    error: ReadError::Corrupt {
-                        path: log.dir().display().to_string(),
-                        position: run.start,
-                        reason: "ConsumeQueue entry points where no segment is".to_string(),
-                    },
-                }));
-            }
-        }
+    if let Some(damage) = cache_segment(log, run, segment_cache)? {
+        return Ok(Some(damage));
     }
     let (base, file) = segment_cache
         .as_ref()
         .expect("segment cache was just filled");
-    // The path is formatted only when something is wrong: reads are the hot path.
-    let path = || log.segment_path(*base);
-    let damage = |record: usize, position: u64, reason: String| {
-        Some(Damage {
-            record,
-            error: ReadError::Corrupt {
-                path: path().display().to_string(),
-                position: position - base,
-                reason,
-            },
-        })
-    };
-    if run.start + run.bytes > base + segment_bytes {
-        return Ok(damage(
+    let base = *base;
+    if run.start + run.bytes > base + log.segment_bytes() {
+        return Ok(Some(segment_damage(
+            log,
+            base,
             run.first,
             run.start,
             "ConsumeQueue entry runs past the segment end".to_string(),
-        ));
+        )));
     }
     let at = out.len();
     out.resize(at + run.bytes as usize, 0);
@@ -250,15 +291,62 @@ fn read_run(
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             out.truncate(at);
-            return Ok(damage(
+            return Ok(Some(segment_damage(
+                log,
+                base,
                 run.first,
                 run.start,
                 "ConsumeQueue entry points past the end of the segment file".to_string(),
-            ));
+            )));
         }
-        Err(e) => return Err(ReadError::io(&path(), &e)),
+        Err(e) => return Err(ReadError::io(&log.segment_path(base), &e)),
     }
-    // A cheap check that the entries and the log agree; the CRC is left to the consumer.
+    Ok(check_run(log, base, run, sizes, out, at))
+}
+
+/// Puts the segment holding the run's start in `segment_cache`, unless it is there already:
+/// consecutive runs mostly lie in one segment.
+#[inline]
+fn cache_segment(
+    log: &Log,
+    run: &Run,
+    segment_cache: &mut Option<(u64, Arc<File>)>,
+) -> Result<Option<Damage>, ReadError> {
+    let segment_bytes = log.segment_bytes();
+    let cached = matches!(segment_cache, Some((base, _)) if *base <= run.start && run.start < *base + segment_bytes);
+    if cached {
+        return Ok(None);
+    }
+    match log.find(run.start) {
+        Some(found) => {
+            *segment_cache = Some(found);
+            Ok(None)
+        }
+        // Retention removed the segment after this read began: the caller's next read
+        // finds the queue's minimum raised.
+        None if run.start < log.min_position() => Err(ReadError::NoRecord(run.start)),
+        // A damaged entry: skipped like the others, or its consumer would retry it forever.
+        None => Ok(Some(Damage {
+            record: run.first,
+            error: ReadError::Corrupt {
+                path: log.dir().display().to_string(),
+                position: run.start,
+                reason: "ConsumeQueue entry points where no segment is".to_string(),
+            },
+        })),
+    }
+}
+
+/// A cheap check that the entries and the log agree on the run's records, read into
+/// `out[at..]`; the CRC is left to the consumer. On a mismatch, `out` is cut before the record.
+fn check_run(
+    log: &Log,
+    base: u64,
+    run: &Run,
+    sizes: &[u32],
+    out: &mut Vec<u8>,
+    at: usize,
+) -> Option<Damage> {
     let mut record_at = at;
     let mut position = run.start;
     let run_end = at + run.bytes as usize;
@@ -270,7 +358,9 @@ fn read_run(
         let magic = quiver_record::read_i32(out, record_at + 4).unwrap_or(0);
         if total != *size as i32 || !quiver_record::is_record_magic(magic) {
             out.truncate(record_at);
-            return Ok(damage(
+            return Some(segment_damage(
+                log,
+                base,
                 record,
                 position,
                 format!("ConsumeQueue says a {size}-byte record, the log has TOTALSIZE {total} MAGIC {magic:#x}"),
@@ -279,7 +369,20 @@ fn read_run(
         record_at += *size as usize;
         position += u64::from(*size);
     }
-    Ok(None)
+    None
+}
+
+/// Damage at `position` in the segment at `base`. The path is formatted only when something is
+/// wrong: reads are the hot path.
+fn segment_damage(log: &Log, base: u64, record: usize, position: u64, reason: String) -> Damage {
+    Damage {
+        record,
+        error: ReadError::Corrupt {
+            path: log.segment_path(base).display().to_string(),
+            position: position - base,
+            reason,
+        },
+    }
 }
 
 fn store_timestamp(log: &Log, queue: &ConsumeQueue, offset: u64) -> Result<i64, ReadError> {

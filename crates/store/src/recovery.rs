@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::durability::checkpoint;
+use crate::durability::checkpoint::{self, Checkpoint};
 use crate::durability::Durability;
 use crate::durable_file::sync_parent_dir;
 use crate::index::{Index, KeyEntry};
@@ -115,30 +116,9 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
         crashed: config.abort_path.exists(),
         ..RecoveryReport::default()
     };
-    for dir in [
-        Some(config.consume_queue_dir.as_path()),
-        config.checkpoint_path.parent(),
-        config.abort_path.parent(),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
-    }
+    create_dirs(config)?;
     let lock = lock_store(config)?;
-    let checkpoint = match checkpoint::read(&config.checkpoint_path)
-        .map_err(|e| OpenError::io(&config.checkpoint_path, &e))?
-    {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => {
-            report.problems.push(format!(
-                "{}: {e}; rebuilding from the start of the CommitLog",
-                config.checkpoint_path.display()
-            ));
-            None
-        }
-        None => None,
-    };
+    let checkpoint = read_checkpoint(config, &mut report.problems)?;
     let segments = Segments::open(&config.commitlog_dir, config.segment_bytes)?;
     let queues = Queues::open(config, &mut report.problems)?;
     let deletions = queues.deletions();
@@ -173,6 +153,59 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
     index.indexed_up_to(end);
     let found = std::mem::take(&mut scan.bad_ranges);
     report.commitlog_end = end;
+    trim_queues(&queues, &segments, end, &mut report.problems)?;
+    let min_position = segments.first_base().unwrap_or(end);
+    queues.tidy_deletions(min_position, end, &mut report.problems);
+    let bad_ranges = store_damage(config, damaged_before, found, min_position)?;
+    let log = Log::new(segments, end, min_position, bad_ranges);
+    let recovered = make_durable(config, log, queues, index, lock)?;
+    Ok((recovered, report))
+}
+
+fn create_dirs(config: &StoreConfig) -> Result<(), OpenError> {
+    for dir in [
+        Some(config.consume_queue_dir.as_path()),
+        config.checkpoint_path.parent(),
+        config.abort_path.parent(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
+    }
+    Ok(())
+}
+
+/// The checkpoint, or None (and a problem reported) when it cannot be trusted: then the whole
+/// CommitLog is scanned again.
+fn read_checkpoint(
+    config: &StoreConfig,
+    problems: &mut Vec<String>,
+) -> Result<Option<Checkpoint>, OpenError> {
+    let path = &config.checkpoint_path;
+    Ok(
+        match checkpoint::read(path).map_err(|e| OpenError::io(path, &e))? {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                problems.push(format!(
+                    "{}: {e}; rebuilding from the start of the CommitLog",
+                    path.display()
+                ));
+                None
+            }
+            None => None,
+        },
+    )
+}
+
+/// Cuts every ConsumeQueue back to the log's valid `end`, and drops its entries below the
+/// first segment.
+fn trim_queues(
+    queues: &Queues,
+    segments: &Segments,
+    end: u64,
+    problems: &mut Vec<String>,
+) -> Result<(), OpenError> {
     for queue in queues.all() {
         queue
             .trim(end)
@@ -181,16 +214,25 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
         // the segments and their ConsumeQueue files).
         if let Some(first) = segments.first_base() {
             if let Err(e) = queue.drop_below(first) {
-                report.problems.push(format!(
+                problems.push(format!(
                     "{}: cannot find the first entry past position {first}: {e}",
                     queue.path_for(0).display()
                 ));
             }
         }
     }
-    let min_position = segments.first_base().unwrap_or(end);
-    queues.tidy_deletions(min_position, end, &mut report.problems);
-    // Durable before the checkpoint below moves the next scan's start past the damage.
+    Ok(())
+}
+
+/// The damaged ranges known before with those the scan `found`, from `min_position` on;
+/// stored when they changed, durably before the checkpoint moves the next scan's start past
+/// the damage.
+fn store_damage(
+    config: &StoreConfig,
+    damaged_before: Vec<BadRange>,
+    found: Vec<BadRange>,
+    min_position: u64,
+) -> Result<Vec<BadRange>, OpenError> {
     let bad_ranges = damaged::normalize(
         damaged_before.iter().copied().chain(found).collect(),
         min_position,
@@ -199,7 +241,19 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
         damaged::store(&config.damaged_path, &bad_ranges)
             .map_err(|e| OpenError::io(&config.damaged_path, &e))?;
     }
-    let log = Arc::new(Log::new(segments, end, min_position, bad_ranges));
+    Ok(bad_ranges)
+}
+
+/// Builds the layers over what recovery left, makes what it rebuilt durable before the
+/// checkpoint claims it, and creates the abort file (removed by a clean close).
+fn make_durable(
+    config: &StoreConfig,
+    log: Log,
+    queues: Queues,
+    index: Index,
+    lock: File,
+) -> Result<Recovered, OpenError> {
+    let log = Arc::new(log);
     let queues = Arc::new(queues);
     let index = Arc::new(index);
     let durability = Arc::new(Durability::new(
@@ -208,20 +262,18 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
         Arc::clone(&index),
         config.checkpoint_path.clone(),
     ));
-    // Make what recovery rebuilt durable before the checkpoint claims it.
     durability.flush()?;
     let abort = &config.abort_path;
     File::create(abort)
         .and_then(|_| sync_parent_dir(abort))
         .map_err(|e| OpenError::io(abort, &e))?;
-    let recovered = Recovered {
+    Ok(Recovered {
         log,
         queues,
         index,
         durability,
         lock,
-    };
-    Ok((recovered, report))
+    })
 }
 
 /// The checks a whole record (`bytes`, exactly TOTALSIZE long) must pass to be taken as the
@@ -309,6 +361,17 @@ enum Step {
     Invalid(String),
 }
 
+impl Step {
+    /// What is wrong at byte `at` of the segment, if anything.
+    fn damage(&self, at: u64) -> Option<String> {
+        match self {
+            Step::Zeros => Some(format!("zero bytes instead of a record at byte {at}")),
+            Step::Invalid(reason) => Some(format!("invalid record at byte {at}: {reason}")),
+            Step::Record(_) | Step::Blank => None,
+        }
+    }
+}
+
 struct Scan<'a> {
     config: &'a StoreConfig,
     segments: &'a Segments,
@@ -349,104 +412,148 @@ impl Scan<'_> {
         }
         let mut end = start;
         for &base in bases.iter().filter(|b| **b + segment_bytes > start) {
-            let is_last = base == last;
-            let (_, file) = self.segments.find(base).expect("listed segment is open");
-            let mut length = self.length(base)?;
-            if is_last && length > segment_bytes {
-                // A torn write after a crash (see above): it goes.
-                file.set_len(segment_bytes)
-                    .map_err(|e| OpenError::io(&self.segments.path(base), &e))?;
-                self.report.truncated_bytes += length - segment_bytes;
-                length = segment_bytes;
-            }
-            let mut at = start.saturating_sub(base);
-            if at > length {
-                at = 0;
-            }
-            let mut reader = SegmentReader {
-                file: &file,
-                length,
-                buf: Vec::new(),
-                buf_start: 0,
-            };
-            let path = self.segments.path(base);
-            loop {
-                if at == length {
-                    if is_last {
-                        end = base + at;
-                    } else {
-                        // The file lost its tail (a crash between the ConsumeQueue's write and
-                        // the file's growth reaching the disk, or a cut): entries pointing there
-                        // must not be read as records.
-                        self.not_served(
-                            format!(
-                                "{}: segment ends at byte {at} without an end marker",
-                                path.display()
-                            ),
-                            base + at..base + segment_bytes,
-                        );
-                    }
-                    break;
-                }
-                let step = self
-                    .step(&mut reader, base, at)
-                    .map_err(|e| OpenError::io(&path, &e))?;
-                let damage = match &step {
-                    Step::Zeros => Some(format!("zero bytes instead of a record at byte {at}")),
-                    Step::Invalid(reason) => Some(format!("invalid record at byte {at}: {reason}")),
-                    Step::Record(_) | Step::Blank => None,
-                };
-                if let Some(damage) = &damage {
-                    // Damage with good records after it (a page lost or a bit flipped) is
-                    // neither a torn tail nor the end of the segment: the records after it are
-                    // served and kept, only the damaged bytes are not.
-                    let next = self
-                        .next_valid(&mut reader, base, at)
-                        .map_err(|e| OpenError::io(&path, &e))?;
-                    if let Some(next) = next {
-                        self.not_served(
-                            format!(
-                                "{}: {damage}; bytes {at} to {next} are not served",
-                                path.display()
-                            ),
-                            base + at..base + next,
-                        );
-                        at = next;
-                        continue;
-                    }
-                }
-                match step {
-                    Step::Record(size) => at += size,
-                    Step::Blank => {
-                        end = base + segment_bytes;
-                        break;
-                    }
-                    Step::Zeros | Step::Invalid(_) if is_last => {
-                        // Unused space prepared ahead of the appender is not a torn tail;
-                        // anything else is.
-                        let content =
-                            content_end(&mut reader, at).map_err(|e| OpenError::io(&path, &e))?;
-                        self.report.truncated_bytes += content - at;
-                        file.set_len(at).map_err(|e| OpenError::io(&path, &e))?;
-                        end = base + at;
-                        break;
-                    }
-                    Step::Zeros | Step::Invalid(_) => {
-                        self.not_served(
-                            format!(
-                                "{}: {}; the rest of the segment is not served",
-                                path.display(),
-                                damage.unwrap_or_default()
-                            ),
-                            base + at..base + segment_bytes,
-                        );
-                        break;
-                    }
-                }
+            if let Some(segment_end) = self.scan_segment(base, start, base == last)? {
+                end = segment_end;
             }
         }
         self.flush_keys()?;
         Ok(end)
+    }
+
+    /// Scans the segment at `base` from `start` (or from its beginning), re-dispatching its
+    /// valid records and keeping reads out of its damage. Returns where the log's valid end is
+    /// when it is in this segment (or after it: the segment ends with its end marker), None
+    /// when the segment ends in damage or without its marker.
+    fn scan_segment(
+        &mut self,
+        base: u64,
+        start: u64,
+        is_last: bool,
+    ) -> Result<Option<u64>, OpenError> {
+        let segment_bytes = self.config.segment_bytes;
+        let (file, length) = self.open_segment(base, is_last)?;
+        let mut at = start.saturating_sub(base);
+        if at > length {
+            at = 0;
+        }
+        let mut reader = SegmentReader {
+            file: &file,
+            length,
+            buf: Vec::new(),
+            buf_start: 0,
+        };
+        let path = self.segments.path(base);
+        loop {
+            if at == length {
+                return Ok(self.file_end(&path, base, at, is_last));
+            }
+            let step = self
+                .step(&mut reader, base, at)
+                .map_err(|e| OpenError::io(&path, &e))?;
+            let damage = step.damage(at);
+            if let Some(damage) = &damage {
+                if let Some(next) = self.pass_damage(&mut reader, &path, base, at, damage)? {
+                    at = next;
+                    continue;
+                }
+            }
+            match step {
+                Step::Record(size) => at += size,
+                Step::Blank => return Ok(Some(base + segment_bytes)),
+                Step::Zeros | Step::Invalid(_) if is_last => {
+                    return self.cut_tail(&mut reader, &path, base, at).map(Some);
+                }
+                Step::Zeros | Step::Invalid(_) => {
+                    self.not_served(
+                        format!(
+                            "{}: {}; the rest of the segment is not served",
+                            path.display(),
+                            damage.unwrap_or_default()
+                        ),
+                        base + at..base + segment_bytes,
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Where the scan meets the end of the segment's file, at `at`, with no end marker: the
+    /// log's end in the last segment. Any other segment lost its tail (a crash between the
+    /// ConsumeQueue's write and the file's growth reaching the disk, or a cut): entries
+    /// pointing there must not be read as records.
+    fn file_end(&mut self, path: &Path, base: u64, at: u64, is_last: bool) -> Option<u64> {
+        if is_last {
+            return Some(base + at);
+        }
+        self.not_served(
+            format!(
+                "{}: segment ends at byte {at} without an end marker",
+                path.display()
+            ),
+            base + at..base + self.config.segment_bytes,
+        );
+        None
+    }
+
+    /// The segment at `base` and its length; the last one cut to the segment size first, as
+    /// bytes past it are a torn write after a crash (`run` refuses them after a clean stop).
+    fn open_segment(&mut self, base: u64, is_last: bool) -> Result<(Arc<File>, u64), OpenError> {
+        let segment_bytes = self.config.segment_bytes;
+        let (_, file) = self.segments.find(base).expect("listed segment is open");
+        let mut length = self.length(base)?;
+        if is_last && length > segment_bytes {
+            file.set_len(segment_bytes)
+                .map_err(|e| OpenError::io(&self.segments.path(base), &e))?;
+            self.report.truncated_bytes += length - segment_bytes;
+            length = segment_bytes;
+        }
+        Ok((file, length))
+    }
+
+    /// Damage with good records after it (a page lost or a bit flipped) is neither a torn
+    /// tail nor the end of the segment: the records after it are served and kept, only the
+    /// damaged bytes are not. Returns where the next valid record starts, if one does.
+    fn pass_damage(
+        &mut self,
+        reader: &mut SegmentReader,
+        path: &Path,
+        base: u64,
+        at: u64,
+        damage: &str,
+    ) -> Result<Option<u64>, OpenError> {
+        let next = self
+            .next_valid(reader, base, at)
+            .map_err(|e| OpenError::io(path, &e))?;
+        if let Some(next) = next {
+            self.not_served(
+                format!(
+                    "{}: {damage}; bytes {at} to {next} are not served",
+                    path.display()
+                ),
+                base + at..base + next,
+            );
+        }
+        Ok(next)
+    }
+
+    /// Cuts the last segment at `at`, where its records end in zeros or damage, and returns
+    /// the log's end there. Unused space prepared ahead of the appender is not a torn tail;
+    /// anything else is.
+    fn cut_tail(
+        &mut self,
+        reader: &mut SegmentReader,
+        path: &Path,
+        base: u64,
+        at: u64,
+    ) -> Result<u64, OpenError> {
+        let content = content_end(reader, at).map_err(|e| OpenError::io(path, &e))?;
+        self.report.truncated_bytes += content - at;
+        reader
+            .file
+            .set_len(at)
+            .map_err(|e| OpenError::io(path, &e))?;
+        Ok(base + at)
     }
 
     fn length(&self, base: u64) -> Result<u64, OpenError> {

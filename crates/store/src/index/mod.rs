@@ -61,6 +61,93 @@ struct Writer {
     indexed_end: u64,
 }
 
+impl Writer {
+    /// The writer at open: the last file takes new entries when it has room left (its slots
+    /// loaded into memory, chains a crash left past its header repaired), otherwise the next
+    /// key starts a new file.
+    fn resume(
+        files: &[Arc<IndexFile>],
+        headers: &[Header],
+        entries_max: u32,
+        last_name: u64,
+        durable_end: u64,
+    ) -> Result<Writer, OpenError> {
+        let mut writer = Writer {
+            active: None,
+            header: Header::empty(),
+            dirty_slots: Vec::new(),
+            staged: Vec::new(),
+            overlay: HashMap::new(),
+            sealed_unsynced: Vec::new(),
+            last_name,
+            indexed_end: durable_end,
+        };
+        if let (Some(file), Some(header)) = (files.last(), headers.last()) {
+            if header.index_count < entries_max {
+                let (slots_memory, repaired) =
+                    load_slots(file, header).map_err(|e| OpenError::io(&file.path, &e))?;
+                *file.memory_slots.write().expect("index lock poisoned") = Some(slots_memory);
+                writer.active = Some(Arc::clone(file));
+                writer.header = *header;
+                writer.dirty_slots = repaired;
+            }
+        }
+        Ok(writer)
+    }
+}
+
+/// The index files in `dir` (named by a number), oldest first.
+fn file_names(dir: &Path) -> Result<Vec<(u64, PathBuf)>, OpenError> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| OpenError::io(dir, &e))? {
+        let entry = entry.map_err(|e| OpenError::io(dir, &e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) && name.len() <= 19 {
+            if let Ok(number) = name.parse::<u64>() {
+                names.push((number, entry.path()));
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The index file at `path` with its header; None when the file is not `expected_bytes` long
+/// or its header does not count 1 to `entries_max` entries.
+fn open_file(
+    path: &Path,
+    slots: u32,
+    entries_max: u32,
+    expected_bytes: u64,
+) -> Result<Option<(IndexFile, Header)>, OpenError> {
+    let loaded = (|| -> io::Result<Option<(File, Header)>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        if file.metadata()?.len() != expected_bytes {
+            return Ok(None);
+        }
+        let mut b = [0u8; HEADER_BYTES as usize];
+        file.read_exact_at(&mut b, 0)?;
+        Ok(Some((file, Header::decode(&b))))
+    })()
+    .map_err(|e| OpenError::io(path, &e))?;
+    Ok(match loaded {
+        Some((file, header)) if header.index_count >= 1 && header.index_count <= entries_max => {
+            let index_file = IndexFile {
+                path: path.to_path_buf(),
+                file,
+                slots,
+                begin_timestamp_ms: AtomicI64::new(header.begin_timestamp_ms),
+                end_timestamp_ms: AtomicI64::new(header.end_timestamp_ms),
+                index_count: AtomicU32::new(header.index_count),
+                memory_slots: RwLock::new(None),
+                table_end_page: OnceLock::new(),
+            };
+            Some((index_file, header))
+        }
+        _ => None,
+    })
+}
+
 pub struct Index {
     dir: PathBuf,
     slots: u32,
@@ -87,74 +174,25 @@ impl Index {
             "index needs slots and room for an entry"
         );
         std::fs::create_dir_all(dir).map_err(|e| OpenError::io(dir, &e))?;
-        let mut names = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| OpenError::io(dir, &e))? {
-            let entry = entry.map_err(|e| OpenError::io(dir, &e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) && name.len() <= 19 {
-                if let Ok(number) = name.parse::<u64>() {
-                    names.push((number, entry.path()));
-                }
-            }
-        }
-        names.sort();
+        let names = file_names(dir)?;
         let expected_bytes = file_bytes(slots, entries_max);
         let mut files = Vec::new();
         let mut headers = Vec::new();
         for (_, path) in &names {
-            let loaded = (|| -> io::Result<Option<(File, Header)>> {
-                let file = OpenOptions::new().read(true).write(true).open(path)?;
-                if file.metadata()?.len() != expected_bytes {
-                    return Ok(None);
-                }
-                let mut b = [0u8; HEADER_BYTES as usize];
-                file.read_exact_at(&mut b, 0)?;
-                Ok(Some((file, Header::decode(&b))))
-            })()
-            .map_err(|e| OpenError::io(path, &e))?;
-            match loaded {
-                Some((file, header))
-                    if header.index_count >= 1 && header.index_count <= entries_max =>
-                {
-                    files.push(Arc::new(IndexFile {
-                        path: path.clone(),
-                        file,
-                        slots,
-                        begin_timestamp_ms: AtomicI64::new(header.begin_timestamp_ms),
-                        end_timestamp_ms: AtomicI64::new(header.end_timestamp_ms),
-                        index_count: AtomicU32::new(header.index_count),
-                        memory_slots: RwLock::new(None),
-                        table_end_page: OnceLock::new(),
-                    }));
+            match open_file(path, slots, entries_max, expected_bytes)? {
+                Some((file, header)) => {
+                    files.push(Arc::new(file));
                     headers.push(header);
                 }
-                _ => problems.push(format!(
+                None => problems.push(format!(
                     "{}: not an index file of {slots} slots and {entries_max} entries \
                      ({expected_bytes} bytes) or bad header; ignored",
                     path.display()
                 )),
             }
         }
-        let mut writer = Writer {
-            active: None,
-            header: Header::empty(),
-            dirty_slots: Vec::new(),
-            staged: Vec::new(),
-            overlay: HashMap::new(),
-            sealed_unsynced: Vec::new(),
-            last_name: names.last().map_or(0, |(n, _)| *n),
-            indexed_end: durable_end,
-        };
-        if let (Some(file), Some(header)) = (files.last(), headers.last()) {
-            if header.index_count < entries_max {
-                let (slots_memory, repaired) =
-                    load_slots(file, header).map_err(|e| OpenError::io(&file.path, &e))?;
-                *file.memory_slots.write().expect("index lock poisoned") = Some(slots_memory);
-                writer.active = Some(Arc::clone(file));
-                writer.header = *header;
-                writer.dirty_slots = repaired;
-            }
-        }
+        let last_name = names.last().map_or(0, |(n, _)| *n);
+        let writer = Writer::resume(&files, &headers, entries_max, last_name, durable_end)?;
         Ok(Index {
             dir: dir.to_path_buf(),
             slots,

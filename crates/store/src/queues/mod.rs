@@ -139,11 +139,6 @@ impl Queues {
         position: u64,
         log: &Log,
     ) -> Result<TopicDeletion, DeleteTopicError> {
-        let failed = |path: &Path, e: io::Error| DeleteTopicError {
-            topic: topic.to_string(),
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
         let root = &self.root;
         if !valid_topic(topic) {
             // Never a path outside the ConsumeQueue directory.
@@ -155,18 +150,37 @@ impl Queues {
         }
         // The log must not end below the deletion after a crash: records appended after
         // recovery would then lie below it and be taken for the deleted topic's.
-        log.flush(position).map_err(|e| failed(log.dir(), e))?;
+        log.flush(position)
+            .map_err(|e| deletion_failed(topic, log.dir(), e))?;
         let dir = root.join(topic);
         let trash = root.join(deleted::trash_name(topic, position));
-        // The commit point: once this rename is durable, the deletion happens.
-        let renamed = match std::fs::rename(&dir, &trash) {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => return Err(failed(&dir, e)),
-        };
-        if renamed {
-            sync_parent_dir(&trash).map_err(|e| failed(root, e))?;
+        let renamed = move_to_trash(topic, root, &dir, &trash)?;
+        let (next, listed_ok) = self.list_deletion(topic, position, log, &dir, &trash, renamed)?;
+        let removed = self.retire_queues(topic);
+        *self.deletions.write().expect("deletions lock poisoned") = next;
+        if renamed && listed_ok {
+            // Left over, the directory is removed by the next open.
+            let _ = std::fs::remove_dir_all(&trash);
         }
+        Ok(TopicDeletion {
+            queues: removed.len(),
+            position,
+        })
+    }
+
+    /// The deleted-topic list with `topic` deleted at `position`, written to its file; with
+    /// whether the write succeeded. A failed write undoes the rename (`renamed`: `dir` to
+    /// `trash`) if it can and fails the deletion; otherwise the next open finishes the
+    /// deletion from the trash directory's name, and this one carries on in memory.
+    fn list_deletion(
+        &self,
+        topic: &str,
+        position: u64,
+        log: &Log,
+        dir: &Path,
+        trash: &Path,
+        renamed: bool,
+    ) -> Result<(Deletions, bool), DeleteTopicError> {
         let mut next = self.deletions();
         deleted::add(&mut next, topic, position);
         // The first segment on disk, not the min position: retention raises that before it
@@ -178,37 +192,57 @@ impl Queues {
         let listed = deleted::store(&self.deletions_path, &next);
         let listed_ok = listed.is_ok();
         if let Err(e) = listed {
-            // Undone if the rename can be; otherwise the next open finishes the deletion from
-            // the trash directory's name, and this one carries on in memory.
             let undone = !renamed
-                || std::fs::rename(&trash, &dir)
-                    .and_then(|()| sync_parent_dir(&dir))
+                || std::fs::rename(trash, dir)
+                    .and_then(|()| sync_parent_dir(dir))
                     .is_ok();
             if undone {
-                return Err(failed(&self.deletions_path, e));
+                return Err(deletion_failed(topic, &self.deletions_path, e));
             }
         }
+        Ok((next, listed_ok))
+    }
+
+    /// Takes the topic's queues out of the map and retires them: retention and the checkpoint
+    /// writer may hold them still, and retired, they leave the directory (where the topic may
+    /// be created again) alone.
+    fn retire_queues(&self, topic: &str) -> HashMap<u32, Arc<ConsumeQueue>> {
         let removed = self
             .map
             .write()
             .expect("queue map lock poisoned")
             .remove(topic)
             .unwrap_or_default();
-        // Retention and the checkpoint writer may hold these still; retired, they leave the
-        // directory (where the topic may be created again) alone.
         for queue in removed.values() {
             queue.retire();
         }
-        *self.deletions.write().expect("deletions lock poisoned") = next;
-        if renamed && listed_ok {
-            // Left over, the directory is removed by the next open.
-            let _ = std::fs::remove_dir_all(&trash);
-        }
-        Ok(TopicDeletion {
-            queues: removed.len(),
-            position,
-        })
+        removed
     }
+}
+
+fn deletion_failed(topic: &str, path: &Path, e: io::Error) -> DeleteTopicError {
+    DeleteTopicError {
+        topic: topic.to_string(),
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Renames the topic's `dir` to its `trash` name, durably: the commit point of its deletion,
+/// which happens once the rename is durable. False when the topic has no directory.
+fn move_to_trash(
+    topic: &str,
+    root: &Path,
+    dir: &Path,
+    trash: &Path,
+) -> Result<bool, DeleteTopicError> {
+    match std::fs::rename(dir, trash) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(deletion_failed(topic, dir, e)),
+    }
+    sync_parent_dir(trash).map_err(|e| deletion_failed(topic, root, e))?;
+    Ok(true)
 }
 
 /// Loads the deleted-topic list and finishes the deletions a crash interrupted: a ConsumeQueue
