@@ -198,6 +198,12 @@ pub struct SendProperties<'a> {
     pub pop_ck: bool,
     pub msg_region: Option<&'a str>,
     pub trace_switch: Option<&'a str>,
+    /// TRAN_MSG: a transaction's half message when "true".
+    pub transaction: Option<&'a str>,
+    /// Any of the timer properties (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS,
+    /// __STARTDELIVERTIME, TIMER_OUT_MS): only then is a send's due time worth looking up, so a
+    /// plain send scans its properties once instead of once per timer name.
+    pub timer: bool,
 }
 
 impl<'a> SendProperties<'a> {
@@ -213,6 +219,12 @@ impl<'a> SendProperties<'a> {
                 property::POP_CK => found.pop_ck = true,
                 property::MSG_REGION => found.msg_region = Some(value),
                 property::TRACE_SWITCH => found.trace_switch = Some(value),
+                property::TRAN_MSG => found.transaction = Some(value),
+                property::TIMER_DELAY_SEC
+                | property::TIMER_DELAY_MS
+                | property::TIMER_DELIVER_MS
+                | property::START_DELIVER_TIME
+                | property::TIMER_OUT_MS => found.timer = true,
                 _ => {}
             }
         }

@@ -107,7 +107,8 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
     topic_writable(&header.topic, shape.perm)?;
     // A transaction's half message is stored in the half topic, out of consumers' sight, until
     // END_TRANSACTION or the check decides it (`transaction/`).
-    let half = is_transaction_half(&header.properties, header.reconsume_times);
+    let scanned = SendProperties::scan(&header.properties);
+    let half = is_transaction_half(&scanned, header.reconsume_times);
     check_half(&header.topic, half, batch, shape.memory)?;
     let queue_id = target_queue(broker, &header, &shape)?;
     let builder = RecordBuilder {
@@ -121,8 +122,9 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
     let (records, first_uniq_key) = if batch {
         (batch_records(&builder, request)?, None)
     } else {
+        let body = request.body.clone();
         let (record, uniq_key) =
-            builder.record(request.body.clone(), &header.properties, header.flag)?;
+            builder.record_scanned(body, &header.properties, &scanned, header.flag)?;
         (vec![record], Some(uniq_key))
     };
     // A delayed message waits in the schedule topic, on disk, and is then stored in its own
@@ -246,10 +248,12 @@ fn batch_records(builder: &RecordBuilder, request: &Command) -> Result<Vec<Recor
 }
 
 /// A transaction's half message (TRAN_MSG), unless it is a consumer's retry of one.
-fn is_transaction_half(properties: &str, reconsume_times: i32) -> bool {
-    let half = find_property(properties, property::TRAN_MSG)
+fn is_transaction_half(properties: &SendProperties, reconsume_times: i32) -> bool {
+    let half = properties
+        .transaction
         .is_some_and(|flag| flag.eq_ignore_ascii_case("true"));
-    let delay_level = find_property(properties, property::DELAY)
+    let delay_level = properties
+        .delay
         .and_then(|level| level.parse::<i32>().ok())
         .unwrap_or(0);
     half && !(reconsume_times > 0 && delay_level > 0)
@@ -339,9 +343,21 @@ impl RecordBuilder<'_> {
         raw_properties: &str,
         flag: i32,
     ) -> Result<(Record, String), Refusal> {
-        // Adding properties or dropping POP_CK changes none of the values read here.
         let found = SendProperties::scan(raw_properties);
-        let (properties, uniq_key) = self.stored_properties(raw_properties, &found);
+        self.record_scanned(body, raw_properties, &found, flag)
+    }
+
+    /// `record`, with `raw_properties` scanned already (a single send's header was, to tell a
+    /// half message).
+    fn record_scanned(
+        &self,
+        body: Bytes,
+        raw_properties: &str,
+        found: &SendProperties,
+        flag: i32,
+    ) -> Result<(Record, String), Refusal> {
+        // Adding properties or dropping POP_CK changes none of the values read here.
+        let (properties, uniq_key) = self.stored_properties(raw_properties, found);
         if properties.len() > PROPERTIES_BYTES_MAX {
             let remark = format!(
                 "message properties of {} bytes exceed {PROPERTIES_BYTES_MAX}",
@@ -375,6 +391,7 @@ impl RecordBuilder<'_> {
         } else {
             match delay::level_of(found.delay, levels) {
                 Some(level) => delay::schedule(&mut message, level, levels),
+                None if !found.timer => tags,
                 None => match self.timer_due(&message.properties)? {
                     // A timer message waits in the timer queue; its tag code is the due time.
                     Some(due) => timer::schedule(&mut message, due),
