@@ -1,6 +1,8 @@
 //! The broker's state: `Broker` bundles the owners of each piece of it (store, topics, offsets,
-//! clients, parked pulls, queue locks, delay offsets); each part does its own locking. Handlers
-//! and the background tasks use it; it knows nothing of sockets, tasks or start-up
+//! clients, parked pulls, queue locks, delay offsets); each part does its own locking. Each
+//! handler family and each task reaches the parts it uses through a view (`views.rs`), so what
+//! a family touches is written in one place and a new reach across families shows up there,
+//! not in a field access in a handler. It knows nothing of sockets, tasks or start-up
 //! (`start.rs`), and it takes the time as a value.
 
 use std::net::SocketAddr;
@@ -24,6 +26,12 @@ use crate::offsets::ConsumerOffsets;
 use crate::pop::PopState;
 use crate::topic::{TopicError, TopicTable};
 use crate::transaction::Transactions;
+
+mod views;
+pub use views::{
+    Administering, Background, Lifecycle, Membership, Popping, Pulling, Registering, Replicating,
+    Sending, Serving,
+};
 
 /// Parked pulls at once; each holds a small task and a 15 s timer.
 const PARKED_PULLS_MAX: usize = 100_000;
@@ -433,6 +441,11 @@ impl Broker {
             next_queue: AtomicU32::new(0),
             next_uniq: AtomicU32::new(0),
         }
+    }
+
+    /// Where slaves reach this broker's HA port, for the process that starts a slave beside it.
+    pub fn ha_host(&self) -> SocketAddr {
+        self.ha_host
     }
 
     /// Round-robin queue choice for sends that leave it to the broker.
