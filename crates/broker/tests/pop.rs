@@ -158,7 +158,7 @@ async fn popped_messages_are_handed_out_once_and_unacked_ones_come_back_through_
 
     // Their invisible time runs out: the other half comes back, counted once more.
     h.advance(30_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(
         h.broker
             .store
@@ -186,7 +186,7 @@ async fn popped_messages_are_handed_out_once_and_unacked_ones_come_back_through_
         ack(&h, "Jobs", &again, message).await;
     }
     h.advance(60_000);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let done = h.call(pop_request("Jobs", 32, 30_000)).await;
     assert_eq!(done.code, response_code::PULL_NOT_FOUND, "all acknowledged");
 }
@@ -204,7 +204,7 @@ async fn past_the_retry_maximum_a_message_goes_to_the_dead_letter_topic() {
         assert_eq!(answer.code, response_code::SUCCESS, "round {round}");
         assert_eq!(messages(&answer)[0].reconsume_times, round);
         h.advance(1_001);
-        revive_due(&h.broker, h.now_ms);
+        revive_due(h.broker.background(), h.now_ms);
     }
     let dead = h.pull(&format!("%DLQ%{GROUP}"), "reader", 0, 0).await;
     let dead = messages(&dead);
@@ -226,7 +226,7 @@ async fn the_groups_retry_max_times_decides_when_a_popped_message_is_dead() {
         let answer = h.call(pop_request("Poison", 1, 1_000)).await;
         assert_eq!(answer.code, response_code::SUCCESS, "round {round}");
         h.advance(1_001);
-        revive_due(&h.broker, h.now_ms);
+        revive_due(h.broker.background(), h.now_ms);
     }
     let dead = h.pull(&format!("%DLQ%{GROUP}"), "reader", 0, 0).await;
     assert_eq!(messages(&dead).len(), 1, "dead after 2 retries, not 16");
@@ -252,7 +252,7 @@ async fn a_longer_invisible_time_keeps_a_message_from_coming_back() {
     assert_eq!(changed.code, response_code::SUCCESS, "{:?}", changed.remark);
     assert_eq!(field(&changed, "invisibleTime"), "100000");
     h.advance(60_000);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(
         h.broker
             .store
@@ -261,7 +261,7 @@ async fn a_longer_invisible_time_keeps_a_message_from_coming_back() {
         0
     );
     h.advance(50_000);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(
         h.broker
             .store
@@ -290,7 +290,7 @@ async fn after_a_restart_acked_messages_stay_acked_and_unacked_ones_come_back() 
     let none = h.call(pop_request("Kept", 32, 5_000)).await;
     assert_eq!(none.code, response_code::PULL_NOT_FOUND, "still invisible");
     h.advance(5_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let back = messages(&h.call(pop_request("Kept", 32, 5_000)).await);
     let bodies: Vec<&[u8]> = back.iter().map(|m| &m.body[..]).collect();
     assert_eq!(bodies, [b"m1" as &[u8], b"m3"]);
@@ -419,7 +419,7 @@ async fn an_ordered_pop_holds_the_queue_until_acked_and_pops_again_in_order_afte
     assert_eq!(held.code, response_code::PULL_NOT_FOUND);
     // Not acknowledged in time: popped again from the same queue, in order, counted.
     h.advance(5_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let again = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
     assert_eq!(bodies(&again), ["o0", "o1"]);
     assert!(
@@ -565,7 +565,7 @@ async fn a_reset_to_a_later_time_skips_and_what_was_in_flight_still_comes_back()
     // m0 and m1 were handed out before the reset and not acknowledged: as RocketMQ keeps
     // their checkpoints, they come back through the retry topic when their time runs out.
     h.advance(5_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(h.broker.offsets.get("Skip", GROUP, 0), Some(5));
     let back = h.call(pop_request("Skip", 32, 5_000)).await;
     assert_eq!(sorted_bodies(&back), ["m0", "m1"]);
@@ -653,7 +653,7 @@ async fn a_non_persistent_topic_is_peeked_popped_acked_and_revived_as_a_persiste
     assert_eq!(h.broker.offsets.get("Ticks", GROUP, 0), Some(3));
 
     h.advance(30_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let again = messages(&h.call(pop_request("Ticks", 32, 30_000)).await);
     let mut bodies: Vec<String> = again
         .iter()

@@ -79,7 +79,7 @@ async fn master() -> Harness {
     };
     h.send("Orders", b"later", &level_2).await;
     h.advance(5_000);
-    deliver_due(&h.broker, h.now_ms);
+    deliver_due(h.broker.background(), h.now_ms);
     h
 }
 
@@ -246,7 +246,8 @@ async fn a_slave_takes_the_masters_topics_offsets_and_delay_offsets() {
         .await
         .expect("creating a topic asks for registration");
 
-    let report = replica_meta::apply(&slave.broker, answers(&master).await).expect("applies");
+    let report =
+        replica_meta::apply(slave.broker.replicating(), answers(&master).await).expect("applies");
 
     let orders = slave.broker.topics.shape("Orders").expect("Orders copied");
     assert_eq!((orders.read_queues, orders.write_queues), (4, 4));
@@ -271,7 +272,8 @@ async fn a_slave_takes_the_masters_topics_offsets_and_delay_offsets() {
         .expect("a changed topic table asks for registration");
 
     // A second copy of the same answers changes nothing.
-    let report = replica_meta::apply(&slave.broker, answers(&master).await).expect("applies");
+    let report =
+        replica_meta::apply(slave.broker.replicating(), answers(&master).await).expect("applies");
     assert!(!report.topics.changed());
     assert_eq!(report.offsets.taken, 0);
     assert!(!report.delay_offsets_changed);
@@ -285,7 +287,7 @@ async fn a_slave_applies_rocketmqs_topic_config_and_keeps_its_own_system_topics(
         topics: from_json(ROCKETMQ_TOPIC_CONFIG.as_bytes()).expect("RocketMQ's body parses"),
         ..MasterMeta::default()
     };
-    let report = replica_meta::apply(&slave.broker, meta).expect("applies");
+    let report = replica_meta::apply(slave.broker.replicating(), meta).expect("applies");
     let admin = slave
         .broker
         .topics
@@ -337,7 +339,7 @@ async fn a_newer_commit_on_the_slave_is_not_lowered_until_the_master_passes_it()
         .expect("offsets parse"),
         ..MasterMeta::default()
     };
-    replica_meta::apply(&slave.broker, master_offsets(7, 9)).unwrap();
+    replica_meta::apply(slave.broker.replicating(), master_offsets(7, 9)).unwrap();
     assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(7));
 
     // The master is down; a consumer commits queue 0 to the slave.
@@ -345,7 +347,7 @@ async fn a_newer_commit_on_the_slave_is_not_lowered_until_the_master_passes_it()
 
     // The master is back with its older offsets: the slave keeps its own newer commit, and
     // takes the master's for queue 1, which nobody committed here, lower or not.
-    let report = replica_meta::apply(&slave.broker, master_offsets(7, 4)).unwrap();
+    let report = replica_meta::apply(slave.broker.replicating(), master_offsets(7, 4)).unwrap();
     assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(20));
     assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(4));
     assert_eq!(
@@ -361,10 +363,10 @@ async fn a_newer_commit_on_the_slave_is_not_lowered_until_the_master_passes_it()
     );
 
     // Consumers commit to the master again and pass the slave's offset: the master's wins...
-    replica_meta::apply(&slave.broker, master_offsets(25, 4)).unwrap();
+    replica_meta::apply(slave.broker.replicating(), master_offsets(25, 4)).unwrap();
     assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(25));
     // ...and from then on so does a reset to an earlier offset on the master.
-    replica_meta::apply(&slave.broker, master_offsets(3, 4)).unwrap();
+    replica_meta::apply(slave.broker.replicating(), master_offsets(3, 4)).unwrap();
     assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(3));
 }
 
@@ -375,7 +377,7 @@ async fn malformed_offsets_from_a_master_are_skipped() {
         br#"{"offsetTable":{"no-separator":{0:1},"Orders@g":{0:5,-1:3,1:-2},"bad topic@g":{0:1}}}"#,
     )
     .unwrap();
-    let (merged, skipped) = replica_meta::apply_offsets(&slave.broker, offsets);
+    let (merged, skipped) = replica_meta::apply_offsets(slave.broker.replicating(), offsets);
     assert_eq!((merged.taken, skipped), (1, 4));
     assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(5));
     assert_eq!(slave.broker.offsets.get("Orders", "g", -1), None);
@@ -408,9 +410,10 @@ async fn copy_from_master_asks_a_running_master_over_tcp_and_applies_its_answers
 
     let slave = Harness::new();
     let addr = running.local_addr.to_string();
-    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
-        .await
-        .expect("copies");
+    let report =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
+            .await
+            .expect("copies");
     running.shutdown().await;
 
     assert_eq!(report.topics.added, ["Orders"]);
@@ -430,17 +433,19 @@ async fn copy_from_master_reports_a_master_that_cannot_be_reached() {
     let addr = listener.local_addr().expect("addr").to_string();
     drop(listener);
     let slave = Harness::new();
-    let error = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(5))
-        .await
-        .expect_err("nothing listens there");
+    let error =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(5))
+            .await
+            .expect_err("nothing listens there");
     assert!(
         matches!(&error, CopyError::Unreachable { request, .. } if *request == "GET_ALL_TOPIC_CONFIG"),
         "{error}"
     );
     let own = slave.broker.store_host.to_string();
-    let error = replica_meta::copy_from_master(&slave.broker, &own, Duration::from_secs(5))
-        .await
-        .expect_err("not from itself");
+    let error =
+        replica_meta::copy_from_master(slave.broker.replicating(), &own, Duration::from_secs(5))
+            .await
+            .expect_err("not from itself");
     assert!(matches!(error, CopyError::OwnAddress { .. }), "{error}");
 }
 
@@ -456,7 +461,7 @@ async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master
     master.offsets.commit("Orders", "g", 2, 11);
     let addr = running.local_addr.to_string();
     let slave = Harness::new();
-    replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
+    replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
         .await
         .expect("first copy");
 
@@ -465,9 +470,10 @@ async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master
 
     // The next copy keeps the slave's newer offset and hands it to the master, so a consumer
     // that goes back to the master does not consume 11..40 again.
-    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
-        .await
-        .expect("second copy");
+    let report =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
+            .await
+            .expect("second copy");
     assert_eq!(report.offsets.kept_newer.len(), 1, "{report:?}");
     assert_eq!(master.offsets.get("Orders", "g", 2), Some(40));
     assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(40));
@@ -475,9 +481,10 @@ async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master
     // Once the master has it, the slave holds no claim of its own any more: a later reset on
     // the master to an earlier offset reaches the slave.
     master.offsets.commit("Orders", "g", 2, 5);
-    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
-        .await
-        .expect("third copy");
+    let report =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
+            .await
+            .expect("third copy");
     running.shutdown().await;
     assert!(report.offsets.kept_newer.is_empty(), "{report:?}");
     assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(5));
@@ -502,7 +509,7 @@ async fn a_commit_on_the_slave_is_kept_when_the_master_returns_without_the_group
         },
         ..MasterMeta::default()
     };
-    let report = replica_meta::apply(&slave.broker, master).unwrap();
+    let report = replica_meta::apply(slave.broker.replicating(), master).unwrap();
     assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(30));
     let kept: Vec<_> = report
         .offsets

@@ -217,7 +217,7 @@ async fn a_rolled_back_half_is_never_delivered_nor_checked() {
     end(&h, &sent, sys_flag::TRANSACTION_ROLLBACK, false).await;
     assert_eq!(op_bodies(&h), vec!["0,"]);
     h.advance(60_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report, CheckReport::default());
     assert!(checks(&mut outgoing).is_empty());
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
@@ -234,11 +234,11 @@ async fn an_unknown_half_is_checked_after_the_timeout_and_committed_by_the_answe
 
     // transactionTimeOut is 6 s by default: not yet.
     h.advance(6_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert!(checks(&mut outgoing).is_empty());
 
     h.advance(1);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.checked, 1);
     let asked = checks(&mut outgoing);
     assert_eq!(asked.len(), 1);
@@ -268,13 +268,13 @@ async fn an_unknown_half_is_checked_after_the_timeout_and_committed_by_the_answe
     // The producer answers UNKNOW at first: asked again next round.
     end(&h, &sent, 0, true).await;
     h.advance(30_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert_eq!(checks(&mut outgoing).len(), 1);
 
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
     assert_eq!(delivered(&h).await.len(), 1);
     h.advance(30_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report, CheckReport::default());
     assert!(checks(&mut outgoing).is_empty());
 }
@@ -287,12 +287,12 @@ async fn a_half_checked_the_maximum_times_is_moved_aside_and_never_delivered() {
     let sent = send_half(&h, b"order 4", &[]).await;
     for round in 0..2 {
         h.advance(5_000);
-        let report = check_round(&h.broker, h.now_ms);
+        let report = check_round(h.broker.background(), h.now_ms);
         assert_eq!(report.checked, 1, "round {round}");
     }
     assert_eq!(checks(&mut outgoing).len(), 2);
     h.advance(5_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.discarded, 1);
     assert!(checks(&mut outgoing).is_empty());
     let aside = pulled(&h, CHECK_MAX_TOPIC, 1).await;
@@ -303,7 +303,10 @@ async fn a_half_checked_the_maximum_times_is_moved_aside_and_never_delivered() {
     // Decided for good: a late commit stores nothing, later rounds ask nothing.
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
     h.advance(5_000);
-    assert_eq!(check_round(&h.broker, h.now_ms), CheckReport::default());
+    assert_eq!(
+        check_round(h.broker.background(), h.now_ms),
+        CheckReport::default()
+    );
     assert!(delivered(&h).await.is_empty());
 }
 
@@ -312,11 +315,11 @@ async fn a_half_with_no_producer_connected_is_counted_and_asked_when_one_is() {
     let mut h = setup().await;
     send_half(&h, b"order 5", &[]).await;
     h.advance(7_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.no_producer, 1);
     let (_producer, mut outgoing) = producer(&h).await;
     h.advance(30_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert_eq!(checks(&mut outgoing).len(), 1);
 }
 
@@ -339,7 +342,7 @@ async fn a_commit_whose_op_record_was_lost_is_recognised_not_asked_again() {
     let mut h = h.reopen(|_| {});
     let (_producer, mut outgoing) = producer(&h).await;
     h.advance(7_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.found_committed, 1);
     assert_eq!(report.checked, 0);
     assert!(checks(&mut outgoing).is_empty());
@@ -378,7 +381,7 @@ async fn decisions_and_progress_survive_a_restart() {
     }
     let (_producer, mut outgoing) = producer(&h).await;
     h.advance(7_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.checked, 1);
     let asked = checks(&mut outgoing);
     assert_eq!(field(&asked[0], "tranStateTableOffset"), "2");
@@ -404,7 +407,7 @@ async fn decisions_read_back_from_op_records_when_the_progress_was_not_persisted
     end(&h, &second, sys_flag::TRANSACTION_COMMIT, true).await;
     end(&h, &first, sys_flag::TRANSACTION_ROLLBACK, false).await;
     h.advance(60_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert_eq!(h.broker.transactions.progress(), (2, 2));
     assert_eq!(delivered(&h).await.len(), 1);
 }
@@ -418,7 +421,7 @@ async fn a_check_immunity_time_delays_the_check_and_refuses_a_late_own_decision(
     h.advance(1_000);
     send_half(&h, b"fast", &[]).await;
     h.advance(10_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.checked, 1);
     assert_eq!(
         field(&checks(&mut outgoing)[0], "tranStateTableOffset"),
@@ -427,7 +430,7 @@ async fn a_check_immunity_time_delays_the_check_and_refuses_a_late_own_decision(
     h.advance(50_000);
     let late = end(&h, &sent, sys_flag::TRANSACTION_COMMIT, false).await;
     assert_eq!(late.code, response_code::ILLEGAL_OPERATION);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     let asked = checks(&mut outgoing);
     assert_eq!(asked.len(), 2, "both are past their time now");
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
