@@ -311,7 +311,7 @@ pub fn apply_topics(
     broker: Replicating<'_>,
     master: TopicConfigAndMappingSerializeWrapper,
 ) -> Result<TopicsReplaced, TopicError> {
-    let config = &broker.config;
+    let config = broker.config;
     let own_system_topic =
         |name: &str| is_system_topic(name, &config.cluster_name, &config.broker_name);
     let replaced = broker

@@ -273,7 +273,7 @@ impl RunningBroker {
         if !broker.replication.is_slave() {
             broker
                 .transactions
-                .commit_progress(&broker.store, &broker.offsets);
+                .commit_progress(broker.store, broker.offsets);
         }
         if let Err(error) = broker.offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist consumer offsets");

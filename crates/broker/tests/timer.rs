@@ -47,7 +47,7 @@ async fn send_jobs(h: &Harness, delays_ms: &[i64]) {
 }
 
 fn wheel(h: &Harness) -> Wheel {
-    Wheel::open(&h.broker.config.store_root, h.now_ms).expect("wheel opens")
+    Wheel::open(&h.broker.background().config.store_root, h.now_ms).expect("wheel opens")
 }
 
 #[tokio::test]
@@ -66,7 +66,14 @@ async fn a_timer_message_is_delivered_at_its_time_not_before() {
         )
         .await;
     assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
-    assert_eq!(h.broker.store.bounds(TIMER_TOPIC, 0).max_offset, 1);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(TIMER_TOPIC, 0)
+            .max_offset,
+        1
+    );
 
     wheel
         .round(h.broker.background(), h.now_ms + 4_999)
@@ -176,14 +183,28 @@ async fn far_ahead_bad_and_past_times_are_answered_as_rocketmq_does() {
         .await;
     assert_eq!(past.code, response_code::SUCCESS);
     assert_eq!(delivered(&h, "T").await.len(), 1);
-    assert_eq!(h.broker.store.bounds(TIMER_TOPIC, 0).max_offset, 0);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(TIMER_TOPIC, 0)
+            .max_offset,
+        0
+    );
     // Within the limit: waits.
     let ok = h
         .send("T", b"later", &timer(property::TIMER_DELAY_SEC, 3_600))
         .await;
     assert_eq!(ok.code, response_code::SUCCESS);
     assert_eq!(field(&ok, "queueId"), "0");
-    assert_eq!(h.broker.store.bounds(TIMER_TOPIC, 0).max_offset, 1);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(TIMER_TOPIC, 0)
+            .max_offset,
+        1
+    );
 
     let off = Harness::with_config("timerWheelEnable=false\n");
     let refused = off
@@ -210,7 +231,7 @@ async fn only_the_next_minutes_are_in_memory() {
         0,
         "ten minutes ahead: on disk only"
     );
-    let buckets = std::fs::read_dir(h.broker.config.store_root.join("timer"))
+    let buckets = std::fs::read_dir(h.broker.background().config.store_root.join("timer"))
         .unwrap()
         .count();
     assert!(buckets >= 1);
@@ -246,7 +267,7 @@ async fn a_restart_loses_no_timer_and_a_checkpoint_keeps_delivered_ones_from_com
     drop(wheel);
     let start = h.now_ms;
     let h = h.reopen(|_| {});
-    let mut wheel = Wheel::open(&h.broker.config.store_root, start + 2_000).unwrap();
+    let mut wheel = Wheel::open(&h.broker.background().config.store_root, start + 2_000).unwrap();
     for step in (2_000..=210_000).step_by(1_000) {
         wheel.round(h.broker.background(), start + step).unwrap();
     }
@@ -356,7 +377,7 @@ async fn a_promoted_slave_delivers_what_its_master_had_not() {
 
     // The same log as a slave would hold it: no buckets, no checkpoint of its own, only the
     // master's progress.
-    let root = h.broker.config.store_root.clone();
+    let root = h.broker.background().config.store_root.clone();
     std::fs::remove_dir_all(root.join("timer")).unwrap();
     assert!(record_master_progress(&root, progress).unwrap());
     assert!(

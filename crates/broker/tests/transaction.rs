@@ -137,10 +137,9 @@ async fn delivered(h: &Harness) -> Vec<StoredMessage> {
 }
 
 fn op_bodies(h: &Harness) -> Vec<String> {
-    let bounds = h.broker.store.bounds(OP_TOPIC, 0);
-    let read = h
-        .broker
-        .store
+    let store = h.broker.background().store;
+    let bounds = store.bounds(OP_TOPIC, 0);
+    let read = store
         .read(OP_TOPIC, 0, 0, 100, 1 << 20, &|_| true)
         .expect("op queue reads");
     assert_eq!(read.message_count as u64, bounds.max_offset);
@@ -206,7 +205,7 @@ async fn a_half_message_is_hidden_until_committed_and_then_delivered_once() {
     end(&h, &sent, sys_flag::TRANSACTION_ROLLBACK, true).await;
     assert_eq!(delivered(&h).await.len(), 1);
     assert_eq!(op_bodies(&h).len(), 1);
-    assert_eq!(h.broker.transactions.progress(), (1, 1));
+    assert_eq!(h.broker.background().transactions.progress(), (1, 1));
 }
 
 #[tokio::test]
@@ -252,7 +251,10 @@ async fn an_unknown_half_is_checked_after_the_timeout_and_committed_by_the_answe
     );
     assert_eq!(field(check, "msgId"), sent.msg_id);
     assert_eq!(field(check, "transactionId"), sent.msg_id);
-    assert_eq!(field(check, "bname"), h.broker.config.broker_name);
+    assert_eq!(
+        field(check, "bname"),
+        h.broker.background().config.broker_name
+    );
     let (message, _) = StoredMessage::decode(&check.body, true).expect("the body is a message");
     assert_eq!(message.topic, TOPIC);
     assert_eq!(message.queue_id, 1);
@@ -298,7 +300,12 @@ async fn a_half_checked_the_maximum_times_is_moved_aside_and_never_delivered() {
     let aside = pulled(&h, CHECK_MAX_TOPIC, 1).await;
     assert_eq!(aside.len(), 1);
     assert_eq!(&aside[0].body[..], b"order 4");
-    assert!(h.broker.topics.shape(CHECK_MAX_TOPIC).is_some());
+    assert!(h
+        .broker
+        .background()
+        .topics
+        .shape(CHECK_MAX_TOPIC)
+        .is_some());
 
     // Decided for good: a late commit stores nothing, later rounds ask nothing.
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
@@ -329,10 +336,10 @@ async fn a_commit_whose_op_record_was_lost_is_recognised_not_asked_again() {
     let sent = send_half(&h, b"order 6", &[]).await;
     // As after a crash that kept the committed copy and lost the op record behind it.
     let half = pulled(&h, HALF_TOPIC, 1).await.remove(0);
-    let record = transaction::committed_record(&half, h.broker.store_host, h.now_ms)
+    let record = transaction::committed_record(&half, h.broker.background().store_host, h.now_ms)
         .expect("a committed copy");
     let (done, written) = std::sync::mpsc::channel();
-    drop(h.broker.store.append(vec![Append {
+    drop(h.broker.background().store.append(vec![Append {
         records: vec![record],
         done: Box::new(move |result| {
             let _ = done.send(result.is_ok());
@@ -360,22 +367,27 @@ async fn decisions_and_progress_survive_a_restart() {
     // Decided out of order: the third's op record comes first.
     end(&h, &second, sys_flag::TRANSACTION_ROLLBACK, false).await;
     end(&h, &first, sys_flag::TRANSACTION_COMMIT, false).await;
-    h.broker
+    let broker = h.broker.background();
+    broker
         .transactions
-        .commit_progress(&h.broker.store, &h.broker.offsets);
+        .commit_progress(broker.store, broker.offsets);
     assert_eq!(
-        h.broker.offsets.get(HALF_TOPIC, SYSTEM_GROUP, 0),
+        broker.offsets.get(HALF_TOPIC, SYSTEM_GROUP, 0),
         Some(2),
         "the half offset passed both decided halves"
     );
-    assert_eq!(h.broker.offsets.get(OP_TOPIC, SYSTEM_GROUP, 0), Some(2));
+    assert_eq!(
+        h.broker.background().offsets.get(OP_TOPIC, SYSTEM_GROUP, 0),
+        Some(2)
+    );
     h.broker
+        .background()
         .offsets
         .persist_if_dirty()
         .expect("offsets persist");
 
     let mut h = h.reopen(|_| {});
-    assert_eq!(h.broker.transactions.progress(), (2, 2));
+    assert_eq!(h.broker.background().transactions.progress(), (2, 2));
     for sent in [&first, &second] {
         end(&h, sent, sys_flag::TRANSACTION_COMMIT, true).await;
     }
@@ -402,13 +414,13 @@ async fn decisions_read_back_from_op_records_when_the_progress_was_not_persisted
     end(&h, &second, sys_flag::TRANSACTION_COMMIT, false).await;
     // Killed before the progress reached the offset file: the op queue is read from 0.
     let mut h = h.reopen(|_| {});
-    assert_eq!(h.broker.transactions.progress(), (0, 0));
-    assert!(h.broker.transactions.is_settled(1));
+    assert_eq!(h.broker.background().transactions.progress(), (0, 0));
+    assert!(h.broker.background().transactions.is_settled(1));
     end(&h, &second, sys_flag::TRANSACTION_COMMIT, true).await;
     end(&h, &first, sys_flag::TRANSACTION_ROLLBACK, false).await;
     h.advance(60_000);
     check_round(h.broker.background(), h.now_ms);
-    assert_eq!(h.broker.transactions.progress(), (2, 2));
+    assert_eq!(h.broker.background().transactions.progress(), (2, 2));
     assert_eq!(delivered(&h).await.len(), 1);
 }
 

@@ -266,7 +266,7 @@ impl Owner for Wheel {
                 self.failure = Some(error);
             }
         }
-        let counters = &broker.counters;
+        let counters = broker.counters;
         let pending = self.pending.len() as u64;
         counters
             .timer_pending

@@ -59,12 +59,12 @@ impl TransactionCheck {
     /// One round at `now_ms`: every undecided half older than its immunity is checked with its
     /// producer, found committed, or moved aside.
     fn round(&mut self, broker: Background<'_>, now_ms: i64, ready: &mut Ready) {
-        let transactions = &broker.transactions;
+        let transactions = broker.transactions;
         let end = broker.store.bounds(HALF_TOPIC, 0).max_offset;
         let (mut offset, _) = transactions.progress();
         let mut looked_at = 0;
         'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
-            let Some((halves, next)) = read_from(&broker.store, HALF_TOPIC, offset) else {
+            let Some((halves, next)) = read_from(broker.store, HALF_TOPIC, offset) else {
                 break;
             };
             for half in halves {
@@ -187,7 +187,7 @@ impl Owner for TransactionCheck {
         let mut ready = Ready::default();
         broker
             .transactions
-            .commit_progress(&broker.store, &broker.offsets);
+            .commit_progress(broker.store, broker.offsets);
         let interval_ms = broker.config.transaction.interval_ms as i64;
         let next_round_ms = *self
             .next_round_ms
@@ -213,7 +213,7 @@ impl Owner for TransactionCheck {
         let Some(decision) = self.deciding.remove(&half_offset) else {
             return true;
         };
-        let transactions = &broker.transactions;
+        let transactions = broker.transactions;
         match outcome {
             Ok(outcome) => {
                 let op_offset = outcome.entries.last().map_or(0, |e| e.queue_offset);
@@ -236,7 +236,7 @@ impl Owner for TransactionCheck {
         // The progress lives in the consumer offsets, which the offset snapshot writes.
         broker
             .transactions
-            .commit_progress(&broker.store, &broker.offsets);
+            .commit_progress(broker.store, broker.offsets);
         Ok(())
     }
 }
@@ -261,7 +261,7 @@ pub fn check_round(broker: Background<'_>, now_ms: i64) -> CheckReport {
     run_step(&mut check, broker, now_ms);
     broker
         .transactions
-        .commit_progress(&broker.store, &broker.offsets);
+        .commit_progress(broker.store, broker.offsets);
     check.report
 }
 

@@ -83,8 +83,8 @@ async fn session(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
     stream.set_nodelay(true)?;
-    let replication = &broker.replication;
-    let store = &broker.store;
+    let replication = broker.replication;
+    let store = broker.store;
     // Counts this slave and holds its confirmation until the connection ends.
     let connected = SlaveConnected::new(replication);
     let (mut reader, mut writer) = stream.into_split();

@@ -101,7 +101,7 @@ const CHECK_TIMEOUT_MS: u64 = 3_000;
 /// log would be neither. The master is asked through its broker port (VIEW_MESSAGE_BY_ID), as
 /// any RocketMQ broker answers; without a known broker address the check is skipped.
 async fn check_master_holds_our_log(broker: Replicating<'_>) -> Result<(), SessionError> {
-    let Some((position, ours)) = last_record(&broker.store) else {
+    let Some((position, ours)) = last_record(broker.store) else {
         return Ok(());
     };
     let Some(master) = broker.replication.master().broker else {

@@ -27,7 +27,7 @@ pub fn create_topic(call: &Call, request: &Command) -> Handled {
     let header = CreateTopicRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_topic_name(&header.topic)
         .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
-    let config = &broker.config;
+    let config = broker.config;
     if is_system_topic(&header.topic, &config.cluster_name, &config.broker_name) {
         let remark = format!("The topic[{}] is conflict with system topic.", header.topic);
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
@@ -146,7 +146,7 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
     }
     validate_topic_name(topic)
         .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
-    let config = &broker.config;
+    let config = broker.config;
     if is_system_topic(topic, &config.cluster_name, &config.broker_name) {
         let remark = format!("The topic[{topic}] is conflict with system topic.");
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));

@@ -262,7 +262,7 @@ fn read_queue(
 
 /// RocketMQ's getTotalTps / getFoundTps and messages got.
 fn count_pull(broker: Pulling<'_>, read: &QueueRead) {
-    let counters = &broker.counters;
+    let counters = broker.counters;
     counters
         .messages_got
         .fetch_add(u64::from(read.message_count), Ordering::Relaxed);

@@ -1,11 +1,10 @@
 //! Narrow views of the broker's state, one per family of handlers or tasks. Each holds
-//! references to just the parts its family uses (and copies of the addresses), built per request
-//! or per step from `Broker` in a few moves; a family's reach into the state is its view's field
-//! list, and a part it does not list does not compile. Each part still does its own locking: a
-//! view adds none.
+//! references to just the parts its family uses (and copies of plain values such as the
+//! addresses), built per request or per step from `Broker` by copying a few pointers; a family's
+//! reach into the state is its view's field list, and code that uses a part its view does not
+//! list does not compile. Each part still does its own locking: a view adds none.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use quiver_store::Store;
 
@@ -37,9 +36,10 @@ pub struct Sending<'a> {
     pub clients: &'a ClientTable,
     pub transactions: &'a Transactions,
     pub store_host: SocketAddr,
-    pub replication: &'a Arc<Replication>,
+    pub replication: &'a Replication,
     pub counters: &'a Counters,
-    /// For the broker's own methods this family calls.
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -54,9 +54,9 @@ pub struct Pulling<'a> {
     pub offsets: &'a ConsumerOffsets,
     pub groups: &'a SubscriptionGroups,
     pub clients: &'a ClientTable,
-    pub waiters: &'a Arc<PullWaiters>,
+    pub waiters: &'a PullWaiters,
     pub pop: &'a PopState,
-    pub replication: &'a Arc<Replication>,
+    pub replication: &'a Replication,
     pub counters: &'a Counters,
 }
 
@@ -72,7 +72,8 @@ pub struct Membership<'a> {
     pub clients: &'a ClientTable,
     pub locks: &'a QueueLocks,
     pub pop: &'a PopState,
-    /// For the broker's own methods this family calls.
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -84,10 +85,11 @@ pub struct Popping<'a> {
     pub store: &'a Store,
     pub topics: &'a TopicTable,
     pub offsets: &'a ConsumerOffsets,
-    pub waiters: &'a Arc<PullWaiters>,
+    pub waiters: &'a PullWaiters,
     pub pop: &'a PopState,
     pub counters: &'a Counters,
-    /// For the broker's own methods this family calls.
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -104,14 +106,15 @@ pub struct Administering<'a> {
     pub offsets: &'a ConsumerOffsets,
     pub groups: &'a SubscriptionGroups,
     pub clients: &'a ClientTable,
-    pub waiters: &'a Arc<PullWaiters>,
+    pub waiters: &'a PullWaiters,
     pub pop: &'a PopState,
     pub delay_offsets: &'a DelayOffsets,
     pub store_host: SocketAddr,
-    pub replication: &'a Arc<Replication>,
+    pub replication: &'a Replication,
     pub counters: &'a Counters,
     pub started_ms: i64,
-    /// For the broker's own methods this family calls.
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -130,7 +133,8 @@ pub struct Background<'a> {
     pub transactions: &'a Transactions,
     pub store_host: SocketAddr,
     pub counters: &'a Counters,
-    /// For the broker's own methods this family calls.
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -140,8 +144,9 @@ pub struct Background<'a> {
 pub struct Serving<'a> {
     pub config: &'a BrokerConfig,
     pub store: &'a Store,
-    pub replication: &'a Arc<Replication>,
-    /// For the broker's own methods this family calls.
+    pub replication: &'a Replication,
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -153,11 +158,11 @@ pub struct Lifecycle<'a> {
     pub store: &'a Store,
     pub offsets: &'a ConsumerOffsets,
     pub groups: &'a SubscriptionGroups,
-    pub waiters: &'a Arc<PullWaiters>,
+    pub waiters: &'a PullWaiters,
     pub delay_offsets: &'a DelayOffsets,
     pub pop: &'a PopState,
     pub transactions: &'a Transactions,
-    pub replication: &'a Arc<Replication>,
+    pub replication: &'a Replication,
 }
 
 /// Registration with the name servers (`registration.rs`): the broker's names, addresses and
@@ -168,8 +173,9 @@ pub struct Registering<'a> {
     pub topics: &'a TopicTable,
     pub store_host: SocketAddr,
     pub ha_host: SocketAddr,
-    pub replication: &'a Arc<Replication>,
-    /// For the broker's own methods this family calls.
+    pub replication: &'a Replication,
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -184,8 +190,9 @@ pub struct Replicating<'a> {
     pub groups: &'a SubscriptionGroups,
     pub delay_offsets: &'a DelayOffsets,
     pub store_host: SocketAddr,
-    pub replication: &'a Arc<Replication>,
-    /// For the broker's own methods this family calls.
+    pub replication: &'a Replication,
+    /// For the methods below, which reach parts of the broker that this view does not hand out
+    /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
 }
 
@@ -364,7 +371,7 @@ impl Membership<'_> {
 }
 
 impl Popping<'_> {
-    /// Round-robin queue choice for sends that leave it to the broker.
+    /// Round-robin choice of the queue a pop of every queue starts at (the sends' counter).
     pub fn pick_queue(&self, queues: i32) -> i32 {
         self.broker.pick_queue(queues)
     }
