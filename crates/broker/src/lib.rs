@@ -6,7 +6,8 @@
 //! `state::Broker`: the owners of each piece of state, namely the store, `topic::TopicTable`,
 //! `offsets::ConsumerOffsets`, `clients::ClientTable`, `long_poll::PullWaiters`,
 //! `locks::QueueLocks` and `delay::DelayOffsets` (whose task moves delayed messages to their
-//! topic when due). Nothing below `start` depends on it.
+//! topic when due), reached by each family of handlers and tasks through a view of its own
+//! (`state::Sending`, `state::Background`, ...). Nothing below `start` depends on it.
 
 pub mod background;
 pub mod clients;

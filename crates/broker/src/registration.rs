@@ -12,23 +12,24 @@ use quiver_wire::{Command, Encoding};
 use tokio::sync::watch;
 
 use crate::outbound::Link;
-use crate::state::Broker;
+use crate::state::{Broker, Registering};
 
 const NAMESRV_CALL_TIMEOUT_MS: u64 = 3_000;
 
 /// Registers until `stop`; `registered` turns true once a name server has accepted it.
 pub async fn run(
-    broker: Arc<Broker>,
+    owner: Arc<Broker>,
     mut stop: watch::Receiver<bool>,
     registered: watch::Sender<bool>,
 ) {
+    let broker = owner.registering();
     if broker.config.namesrv_addrs.is_empty() {
         tracing::warn!(
             "no namesrvAddr configured: clients cannot find this broker through a name server"
         );
         return;
     }
-    let mut links = namesrv_links(&broker);
+    let mut links = namesrv_links(broker);
     let mut failing = vec![true; links.len()];
     let mut period = tokio::time::interval(Duration::from_millis(broker.config.register_period_ms));
     loop {
@@ -37,14 +38,14 @@ pub async fn run(
             _ = period.tick() => {}
             _ = broker.topics_changed_since() => {}
         }
-        register_everywhere(&broker, &mut links, &mut failing).await;
+        register_everywhere(broker, &mut links, &mut failing).await;
         if failing.iter().any(|failed| !failed) {
             registered.send_replace(true);
         }
     }
 }
 
-fn registration_request(broker: &Broker) -> Command {
+fn registration_request(broker: Registering<'_>) -> Command {
     let body = body::to_json(&RegisterBrokerBody {
         topic_config_serialize_wrapper: broker.topics.snapshot(),
         filter_server_list: Vec::new(),
@@ -64,7 +65,7 @@ fn registration_request(broker: &Broker) -> Command {
         .with_body(body)
 }
 
-async fn register_everywhere(broker: &Broker, links: &mut [Link], failing: &mut [bool]) {
+async fn register_everywhere(broker: Registering<'_>, links: &mut [Link], failing: &mut [bool]) {
     let request = registration_request(broker);
     let timeout = Duration::from_millis(NAMESRV_CALL_TIMEOUT_MS);
     for (index, link) in links.iter_mut().enumerate() {
@@ -95,7 +96,7 @@ async fn register_everywhere(broker: &Broker, links: &mut [Link], failing: &mut 
 
 /// A slave learns its master's addresses from the answer to its registration, as RocketMQ's
 /// do (`masterAddr`, `haServerAddr` in the response header).
-fn learn_master(broker: &Broker, response: &Command) {
+fn learn_master(broker: Registering<'_>, response: &Command) {
     if !broker.replication.is_slave() {
         return;
     }
@@ -115,7 +116,7 @@ fn learn_master(broker: &Broker, response: &Command) {
 }
 
 /// One link per configured name server.
-pub fn namesrv_links(broker: &Broker) -> Vec<Link> {
+pub fn namesrv_links(broker: Registering<'_>) -> Vec<Link> {
     broker
         .config
         .namesrv_addrs
@@ -125,7 +126,7 @@ pub fn namesrv_links(broker: &Broker) -> Vec<Link> {
         .collect()
 }
 
-pub async fn unregister_everywhere(broker: &Broker, links: &mut [Link]) {
+pub async fn unregister_everywhere(broker: Registering<'_>, links: &mut [Link]) {
     let header = UnregisterBrokerRequestHeader {
         broker_name: broker.config.broker_name.clone(),
         broker_addr: broker.store_host.to_string(),

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::offsets::{KeptCommit, OffsetsMerged};
 use crate::outbound::Link;
-use crate::state::Broker;
+use crate::state::Replicating;
 use crate::topic::{is_system_topic, validate_group_name, validate_topic_name};
 use crate::topic::{TopicError, TopicsReplaced};
 
@@ -99,7 +99,7 @@ pub enum CopyError {
 /// Applying may persist the topic table (a file write and fsync on the calling task) when the
 /// master's topics changed; offsets and delay offsets are persisted by their periodic writers.
 pub async fn copy_from_master(
-    broker: &Broker,
+    broker: Replicating<'_>,
     master_addr: &str,
     timeout: Duration,
 ) -> Result<CopyReport, CopyError> {
@@ -182,7 +182,7 @@ async fn ask_timer_progress(
 /// CommitLog holds everything the master had written when it answered. Returns whether it was
 /// taken (or was no news); `pending` is cleared then.
 pub async fn take_timer_progress(
-    broker: &Broker,
+    broker: Replicating<'_>,
     pending: &mut Option<MasterTimerProgress>,
 ) -> std::io::Result<bool> {
     let Some(timer) = *pending else {
@@ -267,7 +267,7 @@ async fn call(link: &mut Link, request: Command, deadline: Instant) -> Result<Co
 
 /// Applies a master's answers: topics first, so that offsets arrive for the topics they
 /// belong to.
-pub fn apply(broker: &Broker, meta: MasterMeta) -> Result<CopyReport, TopicError> {
+pub fn apply(broker: Replicating<'_>, meta: MasterMeta) -> Result<CopyReport, TopicError> {
     let topics = apply_topics(broker, meta.topics)?;
     let (offsets, offsets_skipped) = apply_offsets(broker, meta.offsets);
     let delay_offsets_changed = apply_delay_offsets(broker, meta.delay_offsets);
@@ -288,7 +288,7 @@ pub fn apply(broker: &Broker, meta: MasterMeta) -> Result<CopyReport, TopicError
 /// master reaches the slave, and consumers that fail over find their group's settings there).
 /// Returns how many groups were taken and whether the table changed.
 pub fn apply_subscription_groups(
-    broker: &Broker,
+    broker: Replicating<'_>,
     mut master: SubscriptionGroupWrapper,
 ) -> (usize, bool) {
     master.subscription_group_table.retain(|name, config| {
@@ -308,10 +308,10 @@ pub fn apply_subscription_groups(
 /// servers route to the slave's new topics; the offsets of removed topics go with them, as a
 /// deletion on the master removed them there.
 pub fn apply_topics(
-    broker: &Broker,
+    broker: Replicating<'_>,
     master: TopicConfigAndMappingSerializeWrapper,
 ) -> Result<TopicsReplaced, TopicError> {
-    let config = &broker.config;
+    let config = broker.config;
     let own_system_topic =
         |name: &str| is_system_topic(name, &config.cluster_name, &config.broker_name);
     let replaced = broker
@@ -331,7 +331,7 @@ pub fn apply_topics(
 /// higher on this slave since the master last caught up. Returns what changed and how many
 /// malformed entries were skipped.
 pub fn apply_offsets(
-    broker: &Broker,
+    broker: Replicating<'_>,
     master: ConsumerOffsetSerializeWrapper,
 ) -> (OffsetsMerged, usize) {
     let mut skipped = 0;
@@ -358,7 +358,7 @@ pub fn apply_offsets(
 /// Takes the master's delay offsets (how far each level's schedule queue was delivered), so
 /// that a slave that takes over delivers from there and not from the start. Levels below 1
 /// and negative offsets are dropped. Returns whether anything changed.
-pub fn apply_delay_offsets(broker: &Broker, master: DelayOffsetSerializeWrapper) -> bool {
+pub fn apply_delay_offsets(broker: Replicating<'_>, master: DelayOffsetSerializeWrapper) -> bool {
     let table = master
         .offset_table
         .into_iter()

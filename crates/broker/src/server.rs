@@ -20,7 +20,7 @@ use crate::clock::now_ms;
 use crate::connection::{Connection, Outgoing, Responder};
 use crate::ha::Replicated;
 use crate::handler::{self, AnswerAppend, Call, Reply};
-use crate::state::Broker;
+use crate::state::{Broker, Serving};
 
 /// A connection with no frame for this long is closed: Java clients heartbeat every 30 s.
 const IDLE_TIMEOUT_MS: u64 = 120_000;
@@ -53,7 +53,8 @@ pub async fn serve(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(broker.config.connections_max));
+    let serving = broker.serving();
+    let permits = Arc::new(Semaphore::new(serving.config.connections_max));
     let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
     loop {
@@ -73,7 +74,7 @@ pub async fn serve(
             }
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "connection refused: {} connections open", broker.config.connections_max);
+            tracing::warn!(%peer, "connection refused: {} connections open", serving.config.connections_max);
             continue;
         };
         let id = next_id.fetch_add(1, Ordering::Relaxed);
@@ -87,7 +88,7 @@ pub async fn serve(
                 tracing::debug!(%peer, %error, "connection ended");
             }
             connection.abandon_asks();
-            broker.connection_closed(&connection);
+            broker.serving().connection_closed(&connection);
             drop(permit);
         });
     }
@@ -131,17 +132,18 @@ async fn serve_connection(
     outgoing: mpsc::UnboundedReceiver<Outgoing>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let serving = broker.serving();
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
     let (stop_writer, writer_stop) = oneshot::channel();
     let writer_task = AbortOnDrop(tokio::spawn(write_frames(writer, outgoing, writer_stop)));
     let in_flight = Arc::new(Semaphore::new(
-        broker.config.requests_in_flight_per_connection_max,
+        serving.config.requests_in_flight_per_connection_max,
     ));
     let mut input = BytesMut::with_capacity(READ_SPACE_MIN);
     let mut read_space = READ_SPACE_MIN;
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
-    let sync_flush = matches!(broker.config.flush, FlushMode::Sync { .. });
+    let sync_flush = matches!(serving.config.flush, FlushMode::Sync { .. });
     // The records of one read's sends, written as one group once the read is dispatched.
     let mut appends = Vec::new();
     let result = loop {
@@ -151,7 +153,7 @@ async fn serve_connection(
                 Ok(Some(request)) => request,
                 Ok(None) => break,
                 Err(error) => {
-                    drop(broker.store.append(std::mem::take(&mut appends)));
+                    drop(serving.store.append(std::mem::take(&mut appends)));
                     tracing::warn!(peer = %connection.peer, %error, "closing connection: malformed frame");
                     return Ok(());
                 }
@@ -166,7 +168,7 @@ async fn serve_connection(
                 Ok(permit) => permit,
                 Err(_) => {
                     // Answers free permits, and the sends read so far wait to be written.
-                    drop(broker.store.append(std::mem::take(&mut appends)));
+                    drop(serving.store.append(std::mem::take(&mut appends)));
                     match wait_for_permit(&in_flight, &mut shutdown, &connection).await {
                         Waited::Permit(permit) => {
                             now_ms = self::now_ms();
@@ -190,7 +192,7 @@ async fn serve_connection(
                 &mut appends,
             );
         }
-        write_read_appends(broker, std::mem::take(&mut appends), sync_flush).await;
+        write_read_appends(serving, std::mem::take(&mut appends), sync_flush).await;
         // Let the writer send this read's answers before the next read is handled: woken from
         // here it waits in this worker's next-task slot, where no other worker can take it,
         // until this task yields, and reading on while more input is ready would hold the
@@ -208,7 +210,7 @@ async fn serve_connection(
             read = tokio::time::timeout(idle, reader.read_buf(&mut input)) => Some(read),
         };
         let Some(read) = read else {
-            drain_answers(&in_flight, &broker.config).await;
+            drain_answers(&in_flight, serving.config).await;
             close_after_answers(stop_writer, writer_task, &mut reader).await;
             return Ok(());
         };
@@ -298,11 +300,12 @@ async fn close_after_answers(
 /// once a slave has the records too (FLUSH_SLAVE_TIMEOUT when none confirms them in time,
 /// SLAVE_NOT_AVAILABLE when no slave is in sync to wait for).
 fn completion(broker: &Arc<Broker>, answer: AnswerAppend, responder: Responder) -> AppendDone {
-    if !broker.replication.waits_for_slave() {
+    if !broker.serving().replication.waits_for_slave() {
         return Box::new(move |result| responder.reply(answer(result)));
     }
-    let broker = broker.clone();
+    let owner = broker.clone();
     Box::new(move |result| {
+        let broker = owner.serving();
         let end = result.as_ref().ok().and_then(AppendOutcome::log_end);
         let response = answer(result);
         let Some(end) = end.filter(|_| response.code == response_code::SUCCESS) else {
@@ -331,7 +334,7 @@ fn completion(broker: &Arc<Broker>, answer: AnswerAppend, responder: Responder) 
 /// scheduler turn writes its group meanwhile, and one fdatasync then covers them all instead
 /// of one each. Handing the fsync to a task of its own cost a wake-up and a scheduling delay on
 /// every group (bench/results/2026-11-22-sync-flush-yield-and-page-zeros.md).
-async fn write_read_appends(broker: &Broker, appends: Vec<Append>, sync_flush: bool) {
+async fn write_read_appends(broker: Serving<'_>, appends: Vec<Append>, sync_flush: bool) {
     // With async flush an empty read has nothing to do: whoever holds the appender writes
     // everything queued before letting go.
     if appends.is_empty() && !sync_flush {

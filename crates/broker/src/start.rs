@@ -16,7 +16,7 @@ use crate::clock::now_ms;
 use crate::config::{BrokerConfig, BrokerRole, RetentionRound};
 use crate::ha;
 use crate::registration;
-use crate::state::{Broker, Persisted, StateError};
+use crate::state::{Broker, Lifecycle, Persisted, StateError};
 
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
 const CLIENT_SCAN_INTERVAL_MS: u64 = 10_000;
@@ -92,7 +92,8 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         )),
     ];
     let background = start_role(&broker, ha_listener, &stop, &mut tasks)?;
-    tracing::info!(addr = %local_addr, ha = %ha_host, role = ?broker.config.role, broker = %broker.config.broker_name, "broker listening");
+    let config = broker.lifecycle().config;
+    tracing::info!(addr = %local_addr, ha = %ha_host, role = ?config.role, broker = %config.broker_name, "broker listening");
     Ok(RunningBroker {
         broker,
         local_addr,
@@ -201,7 +202,7 @@ fn start_role(
         Box::new(crate::background::pop_revive::PopRevive::default()),
         Box::new(crate::background::transaction_check::TransactionCheck::default()),
     ];
-    if broker.config.timer_wheel_enable {
+    if broker.lifecycle().config.timer_wheel_enable {
         owners.push(Box::new(
             crate::background::timer_wheel::TimerDelivery::new(),
         ));
@@ -213,7 +214,7 @@ fn start_role(
         broker.clone(),
         stop.subscribe(),
     )));
-    if broker.replication.waits_for_slave() {
+    if broker.lifecycle().replication.waits_for_slave() {
         tasks.push(tokio::spawn(expire_slave_waits(
             broker.clone(),
             stop.subscribe(),
@@ -242,7 +243,8 @@ impl RunningBroker {
         }
         let _ = self.stop.send(true);
         // Parked pulls answer now rather than hold their connection open to the end.
-        self.broker.waiters.close();
+        let broker = self.broker.lifecycle();
+        broker.waiters.close();
         let server = self.server.lock().expect("server lock poisoned").take();
         if let Some(server) = server {
             let _ = server.await;
@@ -265,27 +267,27 @@ impl RunningBroker {
                 tracing::error!("the background thread did not stop cleanly");
             }
         }
-        let mut links = registration::namesrv_links(&self.broker);
-        registration::unregister_everywhere(&self.broker, &mut links).await;
-        if !self.broker.replication.is_slave() {
-            let broker = &self.broker;
+        let registering = self.broker.registering();
+        let mut links = registration::namesrv_links(registering);
+        registration::unregister_everywhere(registering, &mut links).await;
+        if !broker.replication.is_slave() {
             broker
                 .transactions
-                .commit_progress(&broker.store, &broker.offsets);
+                .commit_progress(broker.store, broker.offsets);
         }
-        if let Err(error) = self.broker.offsets.persist_if_dirty() {
+        if let Err(error) = broker.offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist consumer offsets");
         }
-        if let Err(error) = self.broker.delay_offsets.persist_if_dirty() {
+        if let Err(error) = broker.delay_offsets.persist_if_dirty() {
             tracing::error!(%error, "could not persist delay offsets");
         }
-        if let Err(error) = self.broker.groups.persist_if_dirty() {
+        if let Err(error) = broker.groups.persist_if_dirty() {
             tracing::error!(%error, "could not persist subscription groups");
         }
-        if let Err(error) = self.broker.pop.persist_if_dirty() {
+        if let Err(error) = broker.pop.persist_if_dirty() {
             tracing::error!(%error, "could not persist the pop state");
         }
-        let store = self.broker.store.clone();
+        let store = broker.store.clone();
         match tokio::task::spawn_blocking(move || store.close()).await {
             Ok(Ok(())) => tracing::info!("store closed cleanly"),
             Ok(Err(error)) => tracing::error!(%error, "store did not close cleanly"),
@@ -323,7 +325,7 @@ async fn expire_slave_waits(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => return,
-            _ = tick.tick() => broker.replication.expire(std::time::Instant::now()),
+            _ = tick.tick() => broker.lifecycle().replication.expire(std::time::Instant::now()),
         }
     }
 }
@@ -334,7 +336,8 @@ async fn expire_slave_waits(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
 const METADATA_COPY_INTERVAL_MS: u64 = 2_000;
 const METADATA_COPY_TIMEOUT_MS: u64 = 3_000;
 
-async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+async fn copy_master_metadata(owner: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let broker = owner.replicating();
     let mut tick = tokio::time::interval(Duration::from_millis(METADATA_COPY_INTERVAL_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -345,7 +348,7 @@ async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<boo
             _ = stop.wait_for(|stop| *stop) => return,
             _ = tick.tick() => {}
         }
-        if let Err(error) = crate::replica_meta::take_timer_progress(&broker, &mut timer).await {
+        if let Err(error) = crate::replica_meta::take_timer_progress(broker, &mut timer).await {
             tracing::warn!(%error, "cannot record the master's timer progress; retrying");
         }
         let Some(master) = broker.replication.master().broker else {
@@ -356,7 +359,7 @@ async fn copy_master_metadata(broker: Arc<Broker>, mut stop: watch::Receiver<boo
             continue;
         }
         let timeout = Duration::from_millis(METADATA_COPY_TIMEOUT_MS);
-        match crate::replica_meta::copy_from_master(&broker, &master, timeout).await {
+        match crate::replica_meta::copy_from_master(broker, &master, timeout).await {
             Ok(report) => {
                 failing = false;
                 if report.timer.is_some() {
@@ -380,14 +383,15 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = stop.changed() => return,
             _ = retention.tick() => {
-                let broker = broker.clone();
+                let owner = broker.clone();
                 // File deletion and statvfs block: keep them off the runtime's workers.
-                let _ = tokio::task::spawn_blocking(move || retention_round(&broker, now_ms())).await;
+                let _ = tokio::task::spawn_blocking(move || retention_round(owner.lifecycle(), now_ms())).await;
             }
             _ = persist.tick() => {
-                let offsets = broker.clone();
+                let owner = broker.clone();
                 let result = tokio::task::spawn_blocking(move || {
-                    (offsets.offsets.persist_if_dirty(), offsets.groups.persist_if_dirty())
+                    let broker = owner.lifecycle();
+                    (broker.offsets.persist_if_dirty(), broker.groups.persist_if_dirty())
                 })
                 .await;
                 if let Ok((offsets, groups)) = result {
@@ -405,7 +409,7 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
 }
 
 /// One retention round at `now_ms`: whether it runs depends on the local hour and the disk.
-pub fn retention_round(broker: &Broker, now_ms: i64) -> Option<RetentionReport> {
+pub fn retention_round(broker: Lifecycle<'_>, now_ms: i64) -> Option<RetentionReport> {
     let used_percent = match broker.store.disk_space() {
         Ok(space) => space.used_percent(),
         Err(error) => {

@@ -21,7 +21,15 @@ async fn system_topic_names_cannot_be_created_or_reshaped() {
     }
     let answer = h.create_topic("Orders", 4).await;
     assert_eq!(answer.code, response_code::SUCCESS);
-    assert_eq!(h.broker.topics.shape("Orders").unwrap().write_queues, 4);
+    assert_eq!(
+        h.broker
+            .administering()
+            .topics
+            .shape("Orders")
+            .unwrap()
+            .write_queues,
+        4
+    );
 }
 
 #[tokio::test]
@@ -32,7 +40,7 @@ async fn a_deleted_topic_loses_its_messages_and_offsets() {
     let delete = Command::request(request_code::DELETE_TOPIC_IN_BROKER, Encoding::Json)
         .with_ext(ExtFields::new().with("topic", "Orders"));
     assert_eq!(h.call(delete).await.code, response_code::SUCCESS);
-    assert!(h.broker.topics.shape("Orders").is_none());
+    assert!(h.broker.administering().topics.shape("Orders").is_none());
     assert_eq!(
         h.pull("Orders", "g", 0, 0).await.code,
         response_code::TOPIC_NOT_EXIST

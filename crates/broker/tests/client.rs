@@ -50,7 +50,7 @@ async fn a_heartbeat_makes_a_member_and_the_group_retry_topic() {
     let answer = h.call(heartbeat("c1")).await;
     assert_eq!(answer.code, response_code::SUCCESS);
     assert_eq!(members(&h).await, vec!["c1".to_string()]);
-    assert!(h.broker.topics.shape("%RETRY%g").is_some());
+    assert!(h.broker.membership().topics.shape("%RETRY%g").is_some());
 }
 
 #[tokio::test]

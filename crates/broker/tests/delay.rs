@@ -19,15 +19,36 @@ async fn a_delayed_message_is_delivered_at_its_level_and_not_before() {
     };
     let sent_ms = h.now_ms;
     h.send("Reminders", b"in five seconds", &level_2).await;
-    assert_eq!(h.broker.store.bounds("Reminders", 0).max_offset, 0);
-    assert_eq!(h.broker.store.bounds(SCHEDULE_TOPIC, 1).max_offset, 1);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds("Reminders", 0)
+            .max_offset,
+        0
+    );
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(SCHEDULE_TOPIC, 1)
+            .max_offset,
+        1
+    );
 
     // Level 2 is 5 s by default.
-    deliver_due(&h.broker, sent_ms + 4_999);
-    assert_eq!(h.broker.store.bounds("Reminders", 0).max_offset, 0);
+    deliver_due(h.broker.background(), sent_ms + 4_999);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds("Reminders", 0)
+            .max_offset,
+        0
+    );
 
     h.advance(5_000);
-    deliver_due(&h.broker, h.now_ms);
+    deliver_due(h.broker.background(), h.now_ms);
     let delivered = messages(&h.pull("Reminders", "g", 0, 0).await);
     assert_eq!(delivered.len(), 1);
     assert_eq!(&delivered[0].body[..], b"in five seconds");
@@ -37,8 +58,15 @@ async fn a_delayed_message_is_delivered_at_its_level_and_not_before() {
         Some("Reminders")
     );
     // Delivered once: a later round finds nothing more due.
-    deliver_due(&h.broker, h.now_ms + 60_000);
-    assert_eq!(h.broker.store.bounds("Reminders", 0).max_offset, 1);
+    deliver_due(h.broker.background(), h.now_ms + 60_000);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds("Reminders", 0)
+            .max_offset,
+        1
+    );
 }
 
 #[tokio::test]
@@ -53,8 +81,22 @@ async fn messages_due_later_wait_behind_the_first_that_is_not_due() {
     h.advance(600);
     h.send("Reminders", b"second", &level_1).await;
     // Level 1 is 1 s: at 1,000 ms after the first only the first is due.
-    deliver_due(&h.broker, h.now_ms - 600 + 1_000);
-    assert_eq!(h.broker.store.bounds("Reminders", 0).max_offset, 1);
-    deliver_due(&h.broker, h.now_ms + 1_000);
-    assert_eq!(h.broker.store.bounds("Reminders", 0).max_offset, 2);
+    deliver_due(h.broker.background(), h.now_ms - 600 + 1_000);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds("Reminders", 0)
+            .max_offset,
+        1
+    );
+    deliver_due(h.broker.background(), h.now_ms + 1_000);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds("Reminders", 0)
+            .max_offset,
+        2
+    );
 }

@@ -111,7 +111,10 @@ async fn groups_are_created_read_changed_and_deleted_with_their_offsets() {
             .with("cleanOffset", true),
     );
     assert_eq!(h.call(delete).await.code, response_code::SUCCESS);
-    assert_eq!(h.broker.offsets.get("Orders", "billing", 0), None);
+    assert_eq!(
+        h.broker.membership().offsets.get("Orders", "billing", 0),
+        None
+    );
     // Asking for it again creates it afresh, with RocketMQ's defaults (autoCreateSubscriptionGroup).
     let again: SubscriptionGroupConfig =
         body::from_json(&h.call(get_group("billing")).await.body).unwrap();
@@ -127,7 +130,7 @@ async fn the_table_survives_a_restart() {
     let mut config = SubscriptionGroupConfig::named("kept");
     config.consume_enable = false;
     h.call(update_group(&config)).await;
-    h.broker.groups.persist_if_dirty().unwrap();
+    h.broker.membership().groups.persist_if_dirty().unwrap();
     let h = h.reopen(|_| {});
     let read: SubscriptionGroupConfig =
         body::from_json(&h.call(get_group("kept")).await.body).unwrap();
@@ -145,7 +148,7 @@ async fn without_auto_create_an_unknown_group_is_refused_until_it_is_created() {
         response_code::SUCCESS
     );
     assert!(
-        h.broker.clients.consumers("late").is_empty(),
+        h.broker.membership().clients.consumers("late").is_empty(),
         "an unknown group's consumer is not registered"
     );
     let pull = h.pull("Orders", "late", 0, 0).await;
@@ -159,7 +162,7 @@ async fn without_auto_create_an_unknown_group_is_refused_until_it_is_created() {
         .await;
     assert_eq!(messages(&h.pull("Orders", "late", 0, 0).await).len(), 2);
     h.call(consumer_heartbeat("c1", "late", "CLUSTERING")).await;
-    assert_eq!(h.broker.clients.consumers("late").len(), 1);
+    assert_eq!(h.broker.membership().clients.consumers("late").len(), 1);
 }
 
 #[tokio::test]
@@ -214,7 +217,7 @@ async fn a_send_back_without_a_budget_takes_the_groups_retry_max_times() {
     let answer = h.call(send_back).await;
     assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
     assert!(
-        h.broker.topics.shape("%DLQ%picky").is_some(),
+        h.broker.membership().topics.shape("%DLQ%picky").is_some(),
         "a budget of 0 dead-letters the first send-back"
     );
 }
@@ -325,14 +328,14 @@ async fn a_reset_moves_stored_offsets_and_the_next_pull_once() {
     assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
     let body = ResetOffsetBody::from_java_json(&answer.body).unwrap();
     assert_eq!(body.offset_table.values().copied().collect::<Vec<_>>(), [0]);
-    assert_eq!(h.broker.offsets.get("Orders", "g", 0), Some(0));
+    assert_eq!(h.broker.membership().offsets.get("Orders", "g", 0), Some(0));
 
     // A consumer's commit from before the reset does not undo it.
     assert_eq!(
         h.call(commit("Orders", "g", 0, 5)).await.code,
         response_code::SUCCESS
     );
-    assert_eq!(h.broker.offsets.get("Orders", "g", 0), Some(0));
+    assert_eq!(h.broker.membership().offsets.get("Orders", "g", 0), Some(0));
 
     let moved = h.call(pull_request("Orders", "g", 0, 5, 0)).await;
     assert_eq!(moved.code, response_code::PULL_OFFSET_MOVED);
@@ -349,7 +352,7 @@ async fn a_reset_moves_stored_offsets_and_the_next_pull_once() {
         h.call(reset("Orders", "g", -1)).await.code,
         response_code::SUCCESS
     );
-    assert_eq!(h.broker.offsets.get("Orders", "g", 0), Some(5));
+    assert_eq!(h.broker.membership().offsets.get("Orders", "g", 0), Some(5));
     assert_eq!(
         h.call(reset("Nope", "g", 0)).await.code,
         response_code::TOPIC_NOT_EXIST
@@ -379,7 +382,7 @@ async fn without_server_side_reset_running_consumers_are_told() {
     let body = ResetOffsetBody::from_java_json(&told.body).unwrap();
     assert_eq!(body.offset_table.values().copied().collect::<Vec<_>>(), [0]);
     assert_eq!(
-        h.broker.offsets.get("Orders", "g", 0),
+        h.broker.membership().offsets.get("Orders", "g", 0),
         Some(3),
         "the consumer's next commit moves the stored offset"
     );

@@ -46,7 +46,7 @@ async fn max_offset(h: &Harness, topic: &str, queue_id: i32) -> Command {
 async fn sends_are_served_from_memory_with_offsets_and_tag_filters_and_never_reach_the_log() {
     let h = Harness::new();
     memory_topic(&h, "Prices", 2).await;
-    let log_before = h.broker.store.stats().written_position;
+    let log_before = h.broker.pulling().store.stats().written_position;
     for i in 0..10 {
         let tags = if i % 2 == 0 { "Even" } else { "Odd" };
         let sent = h
@@ -56,12 +56,12 @@ async fn sends_are_served_from_memory_with_offsets_and_tag_filters_and_never_rea
         assert_eq!(field(&sent, "queueOffset"), i.to_string());
     }
     assert_eq!(
-        h.broker.store.stats().written_position,
+        h.broker.pulling().store.stats().written_position,
         log_before,
         "nothing of a non-persistent topic is written to the CommitLog"
     );
     assert_eq!(
-        h.broker.store.bounds("Prices", 1).max_offset,
+        h.broker.pulling().store.bounds("Prices", 1).max_offset,
         10,
         "the store answers a non-persistent queue's bounds from its ring"
     );
@@ -111,13 +111,13 @@ async fn a_full_ring_drops_its_oldest_and_a_consumer_behind_it_moves_on() {
         let sent = h.send("Telemetry", &body, &on_queue(0, "T")).await;
         assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
     }
-    let bounds = h.broker.store.bounds("Telemetry", 0);
+    let bounds = h.broker.pulling().store.bounds("Telemetry", 0);
     assert_eq!(bounds.max_offset, 200);
     assert!(bounds.min_offset > 100, "{bounds:?}");
     assert!(
-        h.broker.store.memory_usage().0 <= 65_536,
+        h.broker.pulling().store.memory_usage().0 <= 65_536,
         "{}",
-        h.broker.store.memory_usage().0
+        h.broker.pulling().store.memory_usage().0
     );
 
     let behind = h.pull("Telemetry", "slow", 0, 0).await;
@@ -132,7 +132,7 @@ async fn a_full_ring_drops_its_oldest_and_a_consumer_behind_it_moves_on() {
     );
     assert_eq!(carried_on[0].queue_offset, bounds.min_offset as i64);
 
-    let drops = &h.broker.store.memory_usage().1["Telemetry"];
+    let drops = &h.broker.pulling().store.memory_usage().1["Telemetry"];
     assert_eq!(drops.evicted, bounds.min_offset);
     assert_eq!(drops.skipped_by_group["slow"], bounds.min_offset);
 }
@@ -145,15 +145,15 @@ async fn after_a_restart_the_topic_is_empty_and_its_offsets_go_on() {
         h.send("Quotes", b"q", &on_queue(0, "Q")).await;
     }
     // A clean stop writes the exact next offset.
-    h.broker.store.close().expect("close");
+    h.broker.pulling().store.close().expect("close");
     let h = h.reopen(|_| {});
-    assert!(h.broker.topics.shape("Quotes").unwrap().memory);
-    let bounds = h.broker.store.bounds("Quotes", 0);
+    assert!(h.broker.pulling().topics.shape("Quotes").unwrap().memory);
+    let bounds = h.broker.pulling().store.bounds("Quotes", 0);
     assert_eq!((bounds.min_offset, bounds.max_offset), (5, 5));
     let old = h.pull("Quotes", "g", 0, 2).await;
     assert_eq!(old.code, response_code::PULL_OFFSET_MOVED);
     // Nothing this ring held was skipped: those messages went with the restart.
-    assert!(h.broker.store.memory_usage().1.is_empty());
+    assert!(h.broker.pulling().store.memory_usage().1.is_empty());
     let sent = h.send("Quotes", b"new", &on_queue(0, "Q")).await;
     assert_eq!(field(&sent, "queueOffset"), "5");
 
@@ -182,7 +182,7 @@ async fn persistence_is_set_at_creation_and_checked() {
     // Updating the queues keeps it in memory; turning it into a persistent topic is refused.
     let updated = h.call(create_with("T1", 2, "")).await;
     assert_eq!(updated.code, response_code::SUCCESS);
-    assert!(h.broker.topics.shape("T1").unwrap().memory);
+    assert!(h.broker.pulling().topics.shape("T1").unwrap().memory);
     let to_disk = h.call(create_with("T1", 2, "-persistence")).await;
     assert_eq!(to_disk.code, response_code::INVALID_PARAMETER);
     assert!(to_disk.remark.unwrap().contains("cannot change"));
@@ -205,11 +205,16 @@ async fn topics_listed_in_broker_conf_are_non_persistent_from_the_start() {
     let h =
         Harness::with_config("nonPersistentTopics=Ticks, Heartbeats\ndefaultTopicQueueNums=3\n");
     for topic in ["Ticks", "Heartbeats"] {
-        let shape = h.broker.topics.shape(topic).expect("created at start");
+        let shape = h
+            .broker
+            .pulling()
+            .topics
+            .shape(topic)
+            .expect("created at start");
         assert!(shape.memory);
         assert_eq!(shape.write_queues, 3);
     }
     let sent = h.send("Ticks", b"1", &on_queue(2, "T")).await;
     assert_eq!(sent.code, response_code::SUCCESS);
-    assert_eq!(h.broker.store.stats().written_position, 0);
+    assert_eq!(h.broker.pulling().store.stats().written_position, 0);
 }

@@ -153,20 +153,21 @@ async fn popped_messages_are_handed_out_once_and_unacked_ones_come_back_through_
     for message in popped.iter().filter(|m| m.queue_id == 0) {
         ack(&h, "Jobs", &first, message).await;
     }
-    assert_eq!(h.broker.offsets.get("Jobs", GROUP, 0), Some(5));
-    assert_eq!(h.broker.offsets.get("Jobs", GROUP, 1), Some(0));
+    assert_eq!(h.broker.popping().offsets.get("Jobs", GROUP, 0), Some(5));
+    assert_eq!(h.broker.popping().offsets.get("Jobs", GROUP, 1), Some(0));
 
     // Their invisible time runs out: the other half comes back, counted once more.
     h.advance(30_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(
         h.broker
+            .popping()
             .store
             .bounds(&retry_topic(GROUP, "Jobs"), 0)
             .max_offset,
         5
     );
-    assert_eq!(h.broker.offsets.get("Jobs", GROUP, 1), Some(5));
+    assert_eq!(h.broker.popping().offsets.get("Jobs", GROUP, 1), Some(5));
     let again = h.call(pop_request("Jobs", 32, 30_000)).await;
     let back = messages(&again);
     assert_eq!(back.len(), 5);
@@ -186,7 +187,7 @@ async fn popped_messages_are_handed_out_once_and_unacked_ones_come_back_through_
         ack(&h, "Jobs", &again, message).await;
     }
     h.advance(60_000);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let done = h.call(pop_request("Jobs", 32, 30_000)).await;
     assert_eq!(done.code, response_code::PULL_NOT_FOUND, "all acknowledged");
 }
@@ -204,7 +205,7 @@ async fn past_the_retry_maximum_a_message_goes_to_the_dead_letter_topic() {
         assert_eq!(answer.code, response_code::SUCCESS, "round {round}");
         assert_eq!(messages(&answer)[0].reconsume_times, round);
         h.advance(1_001);
-        revive_due(&h.broker, h.now_ms);
+        revive_due(h.broker.background(), h.now_ms);
     }
     let dead = h.pull(&format!("%DLQ%{GROUP}"), "reader", 0, 0).await;
     let dead = messages(&dead);
@@ -220,13 +221,17 @@ async fn the_groups_retry_max_times_decides_when_a_popped_message_is_dead() {
     h.create_topic("Poison", 1).await;
     let mut config = quiver_wire::body::SubscriptionGroupConfig::named(GROUP);
     config.retry_max_times = 2;
-    h.broker.groups.update(config, h.now_ms).expect("group");
+    h.broker
+        .membership()
+        .groups
+        .update(config, h.now_ms)
+        .expect("group");
     h.send("Poison", b"never acked", &on_queue(0)).await;
     for round in 0..=2 {
         let answer = h.call(pop_request("Poison", 1, 1_000)).await;
         assert_eq!(answer.code, response_code::SUCCESS, "round {round}");
         h.advance(1_001);
-        revive_due(&h.broker, h.now_ms);
+        revive_due(h.broker.background(), h.now_ms);
     }
     let dead = h.pull(&format!("%DLQ%{GROUP}"), "reader", 0, 0).await;
     assert_eq!(messages(&dead).len(), 1, "dead after 2 retries, not 16");
@@ -252,18 +257,20 @@ async fn a_longer_invisible_time_keeps_a_message_from_coming_back() {
     assert_eq!(changed.code, response_code::SUCCESS, "{:?}", changed.remark);
     assert_eq!(field(&changed, "invisibleTime"), "100000");
     h.advance(60_000);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(
         h.broker
+            .popping()
             .store
             .bounds(&retry_topic(GROUP, "Slow"), 0)
             .max_offset,
         0
     );
     h.advance(50_000);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     assert_eq!(
         h.broker
+            .popping()
             .store
             .bounds(&retry_topic(GROUP, "Slow"), 0)
             .max_offset,
@@ -283,14 +290,14 @@ async fn after_a_restart_acked_messages_stay_acked_and_unacked_ones_come_back() 
     let popped = messages(&answer);
     ack(&h, "Kept", &answer, &popped[0]).await;
     ack(&h, "Kept", &answer, &popped[2]).await;
-    h.broker.pop.persist_if_dirty().unwrap();
+    h.broker.popping().pop.persist_if_dirty().unwrap();
     let start = h.now_ms;
     let mut h = h.reopen(|_| {});
     h.now_ms = start;
     let none = h.call(pop_request("Kept", 32, 5_000)).await;
     assert_eq!(none.code, response_code::PULL_NOT_FOUND, "still invisible");
     h.advance(5_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let back = messages(&h.call(pop_request("Kept", 32, 5_000)).await);
     let bodies: Vec<&[u8]> = back.iter().map(|m| &m.body[..]).collect();
     assert_eq!(bodies, [b"m1" as &[u8], b"m3"]);
@@ -419,7 +426,7 @@ async fn an_ordered_pop_holds_the_queue_until_acked_and_pops_again_in_order_afte
     assert_eq!(held.code, response_code::PULL_NOT_FOUND);
     // Not acknowledged in time: popped again from the same queue, in order, counted.
     h.advance(5_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let again = h.call(pop_request_with("Ordered", 2, 5_000, true)).await;
     assert_eq!(bodies(&again), ["o0", "o1"]);
     assert!(
@@ -429,6 +436,7 @@ async fn an_ordered_pop_holds_the_queue_until_acked_and_pops_again_in_order_afte
     );
     assert_eq!(
         h.broker
+            .popping()
             .store
             .bounds(&retry_topic(GROUP, "Ordered"), 0)
             .max_offset,
@@ -499,11 +507,11 @@ async fn a_reset_to_an_earlier_time_pops_acknowledged_messages_again() {
     // Back to the second batch's time: its messages, acknowledged already, come again.
     let answer = h.call(reset_to_time("Replay", later)).await;
     assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
-    assert_eq!(h.broker.offsets.get("Replay", GROUP, 0), Some(2));
+    assert_eq!(h.broker.popping().offsets.get("Replay", GROUP, 0), Some(2));
     let again = h.call(pop_request("Replay", 32, 30_000)).await;
     assert_eq!(sorted_bodies(&again), ["b0", "b1", "b2", "b3"]);
     assert!(
-        !h.broker.offsets.reset_pending("Replay", GROUP, 0),
+        !h.broker.popping().offsets.reset_pending("Replay", GROUP, 0),
         "the pop spent the reset: a later pull of the group is not sent back to it"
     );
     for message in &messages(&again) {
@@ -565,8 +573,8 @@ async fn a_reset_to_a_later_time_skips_and_what_was_in_flight_still_comes_back()
     // m0 and m1 were handed out before the reset and not acknowledged: as RocketMQ keeps
     // their checkpoints, they come back through the retry topic when their time runs out.
     h.advance(5_001);
-    revive_due(&h.broker, h.now_ms);
-    assert_eq!(h.broker.offsets.get("Skip", GROUP, 0), Some(5));
+    revive_due(h.broker.background(), h.now_ms);
+    assert_eq!(h.broker.popping().offsets.get("Skip", GROUP, 0), Some(5));
     let back = h.call(pop_request("Skip", 32, 5_000)).await;
     assert_eq!(sorted_bodies(&back), ["m0", "m1"]);
     assert!(messages(&back).iter().all(|m| m.reconsume_times == 1));
@@ -621,7 +629,7 @@ async fn a_non_persistent_topic_is_peeked_popped_acked_and_revived_as_a_persiste
     let ext = create.ext.take().unwrap_or_default();
     let create = create.with_ext(ext.with("attributes", "+persistence=memory"));
     assert_eq!(h.call(create).await.code, response_code::SUCCESS);
-    let written_before = h.broker.store.stats().written_position;
+    let written_before = h.broker.popping().store.stats().written_position;
     for i in 0..6 {
         let sent = h
             .send("Ticks", format!("tick {i}").as_bytes(), &on_queue(i % 2))
@@ -629,7 +637,7 @@ async fn a_non_persistent_topic_is_peeked_popped_acked_and_revived_as_a_persiste
         assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
     }
     assert_eq!(
-        h.broker.store.stats().written_position,
+        h.broker.popping().store.stats().written_position,
         written_before,
         "the sends stay in memory"
     );
@@ -650,10 +658,10 @@ async fn a_non_persistent_topic_is_peeked_popped_acked_and_revived_as_a_persiste
     for message in popped.iter().filter(|m| m.queue_id == 0) {
         ack(&h, "Ticks", &first, message).await;
     }
-    assert_eq!(h.broker.offsets.get("Ticks", GROUP, 0), Some(3));
+    assert_eq!(h.broker.popping().offsets.get("Ticks", GROUP, 0), Some(3));
 
     h.advance(30_001);
-    revive_due(&h.broker, h.now_ms);
+    revive_due(h.broker.background(), h.now_ms);
     let again = messages(&h.call(pop_request("Ticks", 32, 30_000)).await);
     let mut bodies: Vec<String> = again
         .iter()

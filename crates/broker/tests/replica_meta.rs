@@ -79,7 +79,7 @@ async fn master() -> Harness {
     };
     h.send("Orders", b"later", &level_2).await;
     h.advance(5_000);
-    deliver_due(&h.broker, h.now_ms);
+    deliver_due(h.broker.background(), h.now_ms);
     h
 }
 
@@ -140,7 +140,7 @@ async fn the_topic_config_answer_has_rocketmq_shape_and_every_topic() {
     assert_eq!(response.code, response_code::SUCCESS);
     let text = std::str::from_utf8(&response.body).expect("UTF-8");
     let wrapper: TopicConfigAndMappingSerializeWrapper = from_json(&response.body).unwrap();
-    let names = h.broker.topics.names();
+    let names = h.broker.replicating().topics.names();
     assert_eq!(field(&response, "totalTopicNum"), names.len().to_string());
     assert_eq!(
         wrapper
@@ -242,36 +242,55 @@ async fn a_slave_takes_the_masters_topics_offsets_and_delay_offsets() {
     );
     commit(&slave, "Gone", "g", 0, 5).await;
     // Drain the creation's registration request, to see the copy's own.
-    tokio::time::timeout(Duration::from_secs(1), slave.broker.topics_changed_since())
-        .await
-        .expect("creating a topic asks for registration");
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        slave.broker.registering().topics_changed_since(),
+    )
+    .await
+    .expect("creating a topic asks for registration");
 
-    let report = replica_meta::apply(&slave.broker, answers(&master).await).expect("applies");
+    let report =
+        replica_meta::apply(slave.broker.replicating(), answers(&master).await).expect("applies");
 
-    let orders = slave.broker.topics.shape("Orders").expect("Orders copied");
+    let orders = slave
+        .broker
+        .replicating()
+        .topics
+        .shape("Orders")
+        .expect("Orders copied");
     assert_eq!((orders.read_queues, orders.write_queues), (4, 4));
-    assert!(slave.broker.topics.shape("Gone").is_none());
+    assert!(slave.broker.replicating().topics.shape("Gone").is_none());
     assert_eq!(report.topics.added, ["Orders"]);
     assert_eq!(report.topics.removed, ["Gone"]);
-    assert_eq!(slave.broker.offsets.get("Gone", "g", 0), None);
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(7));
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(9));
+    assert_eq!(slave.broker.replicating().offsets.get("Gone", "g", 0), None);
     assert_eq!(
-        slave.broker.delay_offsets.snapshot(),
+        slave.broker.replicating().offsets.get("Orders", "g", 0),
+        Some(7)
+    );
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 1),
+        Some(9)
+    );
+    assert_eq!(
+        slave.broker.replicating().delay_offsets.snapshot(),
         BTreeMap::from([(2, 1)])
     );
     assert!(report.delay_offsets_changed);
     assert_eq!(report.subscription_groups, 9);
     assert!(
-        slave.broker.groups.get("g").is_some(),
+        slave.broker.replicating().groups.get("g").is_some(),
         "the master's group is copied"
     );
-    tokio::time::timeout(Duration::from_secs(1), slave.broker.topics_changed_since())
-        .await
-        .expect("a changed topic table asks for registration");
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        slave.broker.registering().topics_changed_since(),
+    )
+    .await
+    .expect("a changed topic table asks for registration");
 
     // A second copy of the same answers changes nothing.
-    let report = replica_meta::apply(&slave.broker, answers(&master).await).expect("applies");
+    let report =
+        replica_meta::apply(slave.broker.replicating(), answers(&master).await).expect("applies");
     assert!(!report.topics.changed());
     assert_eq!(report.offsets.taken, 0);
     assert!(!report.delay_offsets_changed);
@@ -285,9 +304,10 @@ async fn a_slave_applies_rocketmqs_topic_config_and_keeps_its_own_system_topics(
         topics: from_json(ROCKETMQ_TOPIC_CONFIG.as_bytes()).expect("RocketMQ's body parses"),
         ..MasterMeta::default()
     };
-    let report = replica_meta::apply(&slave.broker, meta).expect("applies");
+    let report = replica_meta::apply(slave.broker.replicating(), meta).expect("applies");
     let admin = slave
         .broker
+        .replicating()
         .topics
         .shape("wire_admin_topic")
         .expect("copied");
@@ -297,6 +317,7 @@ async fn a_slave_applies_rocketmqs_topic_config_and_keeps_its_own_system_topics(
     );
     assert!(slave
         .broker
+        .replicating()
         .topics
         .shape("%RETRY%wire_lite_group")
         .is_some());
@@ -304,19 +325,31 @@ async fn a_slave_applies_rocketmqs_topic_config_and_keeps_its_own_system_topics(
     // from the master's table (BenchmarkTest).
     assert!(slave
         .broker
+        .replicating()
         .topics
         .shape("rmq_sys_REVIVE_LOG_DefaultCluster")
         .is_some());
     assert_eq!(
         slave
             .broker
+            .replicating()
             .topics
             .shape(SCHEDULE_TOPIC)
             .map(|s| s.write_queues),
         Some(2)
     );
-    assert!(slave.broker.topics.shape("BenchmarkTest").is_some());
-    assert!(slave.broker.topics.shape(AUTO_CREATE_TOPIC).is_some());
+    assert!(slave
+        .broker
+        .replicating()
+        .topics
+        .shape("BenchmarkTest")
+        .is_some());
+    assert!(slave
+        .broker
+        .replicating()
+        .topics
+        .shape(AUTO_CREATE_TOPIC)
+        .is_some());
     assert!(report.topics.removed.is_empty(), "{:?}", report.topics);
 }
 
@@ -337,17 +370,26 @@ async fn a_newer_commit_on_the_slave_is_not_lowered_until_the_master_passes_it()
         .expect("offsets parse"),
         ..MasterMeta::default()
     };
-    replica_meta::apply(&slave.broker, master_offsets(7, 9)).unwrap();
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(7));
+    replica_meta::apply(slave.broker.replicating(), master_offsets(7, 9)).unwrap();
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 0),
+        Some(7)
+    );
 
     // The master is down; a consumer commits queue 0 to the slave.
     commit(&slave, "Orders", "g", 0, 20).await;
 
     // The master is back with its older offsets: the slave keeps its own newer commit, and
     // takes the master's for queue 1, which nobody committed here, lower or not.
-    let report = replica_meta::apply(&slave.broker, master_offsets(7, 4)).unwrap();
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(20));
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(4));
+    let report = replica_meta::apply(slave.broker.replicating(), master_offsets(7, 4)).unwrap();
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 0),
+        Some(20)
+    );
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 1),
+        Some(4)
+    );
     assert_eq!(
         (report.offsets.kept_newer.len(), report.offsets.taken),
         (1, 1)
@@ -361,11 +403,17 @@ async fn a_newer_commit_on_the_slave_is_not_lowered_until_the_master_passes_it()
     );
 
     // Consumers commit to the master again and pass the slave's offset: the master's wins...
-    replica_meta::apply(&slave.broker, master_offsets(25, 4)).unwrap();
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(25));
+    replica_meta::apply(slave.broker.replicating(), master_offsets(25, 4)).unwrap();
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 0),
+        Some(25)
+    );
     // ...and from then on so does a reset to an earlier offset on the master.
-    replica_meta::apply(&slave.broker, master_offsets(3, 4)).unwrap();
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(3));
+    replica_meta::apply(slave.broker.replicating(), master_offsets(3, 4)).unwrap();
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 0),
+        Some(3)
+    );
 }
 
 #[tokio::test]
@@ -375,10 +423,16 @@ async fn malformed_offsets_from_a_master_are_skipped() {
         br#"{"offsetTable":{"no-separator":{0:1},"Orders@g":{0:5,-1:3,1:-2},"bad topic@g":{0:1}}}"#,
     )
     .unwrap();
-    let (merged, skipped) = replica_meta::apply_offsets(&slave.broker, offsets);
+    let (merged, skipped) = replica_meta::apply_offsets(slave.broker.replicating(), offsets);
     assert_eq!((merged.taken, skipped), (1, 4));
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 0), Some(5));
-    assert_eq!(slave.broker.offsets.get("Orders", "g", -1), None);
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 0),
+        Some(5)
+    );
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", -1),
+        None
+    );
 }
 
 /// A master broker started as the binary starts it, on a free loopback port.
@@ -399,7 +453,7 @@ async fn running_master(root: &std::path::Path) -> quiver_broker::RunningBroker 
 async fn copy_from_master_asks_a_running_master_over_tcp_and_applies_its_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let running = running_master(dir.path()).await;
-    let master = &running.broker;
+    let master = running.broker.replicating();
     master
         .topics
         .create_if_absent(topic_config("Orders", 4, 6))
@@ -408,9 +462,10 @@ async fn copy_from_master_asks_a_running_master_over_tcp_and_applies_its_answers
 
     let slave = Harness::new();
     let addr = running.local_addr.to_string();
-    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
-        .await
-        .expect("copies");
+    let report =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
+            .await
+            .expect("copies");
     running.shutdown().await;
 
     assert_eq!(report.topics.added, ["Orders"]);
@@ -418,10 +473,18 @@ async fn copy_from_master_asks_a_running_master_over_tcp_and_applies_its_answers
     // The system groups: "g" committed straight into the offset table, not through a request.
     assert_eq!(report.subscription_groups, 8);
     assert_eq!(
-        slave.broker.topics.shape("Orders").map(|s| s.write_queues),
+        slave
+            .broker
+            .replicating()
+            .topics
+            .shape("Orders")
+            .map(|s| s.write_queues),
         Some(4)
     );
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(11));
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 2),
+        Some(11)
+    );
 }
 
 #[tokio::test]
@@ -430,17 +493,19 @@ async fn copy_from_master_reports_a_master_that_cannot_be_reached() {
     let addr = listener.local_addr().expect("addr").to_string();
     drop(listener);
     let slave = Harness::new();
-    let error = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(5))
-        .await
-        .expect_err("nothing listens there");
+    let error =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(5))
+            .await
+            .expect_err("nothing listens there");
     assert!(
         matches!(&error, CopyError::Unreachable { request, .. } if *request == "GET_ALL_TOPIC_CONFIG"),
         "{error}"
     );
-    let own = slave.broker.store_host.to_string();
-    let error = replica_meta::copy_from_master(&slave.broker, &own, Duration::from_secs(5))
-        .await
-        .expect_err("not from itself");
+    let own = slave.broker.replicating().store_host.to_string();
+    let error =
+        replica_meta::copy_from_master(slave.broker.replicating(), &own, Duration::from_secs(5))
+            .await
+            .expect_err("not from itself");
     assert!(matches!(error, CopyError::OwnAddress { .. }), "{error}");
 }
 
@@ -448,7 +513,7 @@ async fn copy_from_master_reports_a_master_that_cannot_be_reached() {
 async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master() {
     let dir = tempfile::tempdir().expect("tempdir");
     let running = running_master(dir.path()).await;
-    let master = &running.broker;
+    let master = running.broker.replicating();
     master
         .topics
         .create_if_absent(topic_config("Orders", 4, 6))
@@ -456,7 +521,7 @@ async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master
     master.offsets.commit("Orders", "g", 2, 11);
     let addr = running.local_addr.to_string();
     let slave = Harness::new();
-    replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
+    replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
         .await
         .expect("first copy");
 
@@ -465,22 +530,30 @@ async fn a_commit_made_on_the_slave_while_the_master_was_away_reaches_the_master
 
     // The next copy keeps the slave's newer offset and hands it to the master, so a consumer
     // that goes back to the master does not consume 11..40 again.
-    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
-        .await
-        .expect("second copy");
+    let report =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
+            .await
+            .expect("second copy");
     assert_eq!(report.offsets.kept_newer.len(), 1, "{report:?}");
     assert_eq!(master.offsets.get("Orders", "g", 2), Some(40));
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(40));
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 2),
+        Some(40)
+    );
 
     // Once the master has it, the slave holds no claim of its own any more: a later reset on
     // the master to an earlier offset reaches the slave.
     master.offsets.commit("Orders", "g", 2, 5);
-    let report = replica_meta::copy_from_master(&slave.broker, &addr, Duration::from_secs(10))
-        .await
-        .expect("third copy");
+    let report =
+        replica_meta::copy_from_master(slave.broker.replicating(), &addr, Duration::from_secs(10))
+            .await
+            .expect("third copy");
     running.shutdown().await;
     assert!(report.offsets.kept_newer.is_empty(), "{report:?}");
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 2), Some(5));
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 2),
+        Some(5)
+    );
 }
 
 #[tokio::test]
@@ -502,8 +575,11 @@ async fn a_commit_on_the_slave_is_kept_when_the_master_returns_without_the_group
         },
         ..MasterMeta::default()
     };
-    let report = replica_meta::apply(&slave.broker, master).unwrap();
-    assert_eq!(slave.broker.offsets.get("Orders", "g", 1), Some(30));
+    let report = replica_meta::apply(slave.broker.replicating(), master).unwrap();
+    assert_eq!(
+        slave.broker.replicating().offsets.get("Orders", "g", 1),
+        Some(30)
+    );
     let kept: Vec<_> = report
         .offsets
         .kept_newer
@@ -534,7 +610,11 @@ async fn a_topic_the_store_holds_but_the_table_lacks_is_served_after_a_restart()
         std::fs::remove_file(root.join("config").join("topics.json")).expect("drop the table")
     });
     assert_eq!(
-        h.broker.topics.shape("Copied").map(|s| s.read_queues),
+        h.broker
+            .replicating()
+            .topics
+            .shape("Copied")
+            .map(|s| s.read_queues),
         Some(3)
     );
     let pulled = h.pull("Copied", "g", 2, 0).await;

@@ -78,6 +78,7 @@ async fn the_cluster_reply_topic_exists_from_start_and_cannot_be_reshaped() {
     let h = Harness::new();
     let shape = h
         .broker
+        .sending()
         .topics
         .shape(REPLY_TOPIC)
         .expect("created at start");
@@ -137,7 +138,10 @@ async fn a_reply_to_a_client_not_connected_is_stored_but_refused_so_the_replier_
     assert_eq!(answer.code, response_code::SYSTEM_ERROR);
     let remark = answer.remark.unwrap_or_default();
     assert!(remark.contains("<nobody@1> not found"), "{remark}");
-    assert_eq!(h.broker.store.bounds(REPLY_TOPIC, 0).max_offset, 1);
+    assert_eq!(
+        h.broker.sending().store.bounds(REPLY_TOPIC, 0).max_offset,
+        1
+    );
 
     let mut no_requester = reply_request("x", "c", b"x", false);
     let ext = no_requester.ext.as_mut().expect("a header");
@@ -172,7 +176,10 @@ async fn without_store_reply_message_enable_a_reply_is_only_pushed() {
     assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
     assert_eq!(field(&answer, "msgId"), "0");
     assert_eq!(field(&answer, "queueOffset"), "0");
-    assert_eq!(h.broker.store.bounds(REPLY_TOPIC, 0).max_offset, 0);
+    assert_eq!(
+        h.broker.sending().store.bounds(REPLY_TOPIC, 0).max_offset,
+        0
+    );
 
     // A requester that refuses the push fails the reply.
     let reply = h.dispatch(&reply_request(REQUESTER, "c2", b"refused", false));

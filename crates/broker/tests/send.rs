@@ -52,7 +52,7 @@ async fn a_send_is_work_for_the_store_not_an_answer() {
         _ => panic!("a valid send returns records to append"),
     }
     // Nothing is stored until the connection layer appends the records.
-    assert_eq!(h.broker.store.bounds("Orders", 0).max_offset, 0);
+    assert_eq!(h.broker.sending().store.bounds("Orders", 0).max_offset, 0);
 }
 
 #[tokio::test]
@@ -68,9 +68,10 @@ async fn sends_to_system_topics_are_refused_and_transaction_halves_kept_aside() 
     };
     let stored = h.send("Orders", b"x", &half).await;
     assert_eq!(stored.code, response_code::SUCCESS);
-    assert_eq!(h.broker.store.bounds("Orders", 0).max_offset, 0);
+    assert_eq!(h.broker.sending().store.bounds("Orders", 0).max_offset, 0);
     assert_eq!(
         h.broker
+            .sending()
             .store
             .bounds("RMQ_SYS_TRANS_HALF_TOPIC", 0)
             .max_offset,
@@ -83,7 +84,7 @@ async fn a_body_over_max_message_size_is_refused_before_it_is_stored() {
     let h = Harness::with_config("maxMessageSize=1024\n");
     let refused = h.send("Orders", &[b'x'; 1025], &options()).await;
     assert_eq!(refused.code, response_code::MESSAGE_ILLEGAL);
-    assert_eq!(h.broker.store.stats().messages_appended, 0);
+    assert_eq!(h.broker.sending().store.stats().messages_appended, 0);
     let fits = h.send("Orders", &[b'x'; 1024], &options()).await;
     assert_eq!(fits.code, response_code::SUCCESS);
 }
@@ -91,10 +92,10 @@ async fn a_body_over_max_message_size_is_refused_before_it_is_stored() {
 #[tokio::test]
 async fn with_sync_flush_a_send_is_answered_once_an_fsync_covers_it() {
     let h = Harness::with_config("flushDiskType=SYNC_FLUSH\n");
-    let before = h.broker.store.commitlog_fsyncs();
+    let before = h.broker.sending().store.commitlog_fsyncs();
     let sent = h.send("Orders", b"durable", &options()).await;
     assert_eq!(sent.code, response_code::SUCCESS);
-    let stats = h.broker.store.stats();
+    let stats = h.broker.sending().store.stats();
     assert_eq!(stats.flushed_position, stats.written_position);
-    assert!(h.broker.store.commitlog_fsyncs() > before);
+    assert!(h.broker.sending().store.commitlog_fsyncs() > before);
 }

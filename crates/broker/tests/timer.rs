@@ -47,7 +47,7 @@ async fn send_jobs(h: &Harness, delays_ms: &[i64]) {
 }
 
 fn wheel(h: &Harness) -> Wheel {
-    Wheel::open(&h.broker.config.store_root, h.now_ms).expect("wheel opens")
+    Wheel::open(&h.broker.background().config.store_root, h.now_ms).expect("wheel opens")
 }
 
 #[tokio::test]
@@ -66,14 +66,25 @@ async fn a_timer_message_is_delivered_at_its_time_not_before() {
         )
         .await;
     assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
-    assert_eq!(h.broker.store.bounds(TIMER_TOPIC, 0).max_offset, 1);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(TIMER_TOPIC, 0)
+            .max_offset,
+        1
+    );
 
-    wheel.round(&h.broker, h.now_ms + 4_999).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 4_999)
+        .unwrap();
     assert!(
         delivered(&h, "Orders").await.is_empty(),
         "not before its time"
     );
-    wheel.round(&h.broker, h.now_ms + 5_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 5_000)
+        .unwrap();
     let got = delivered(&h, "Orders").await;
     assert_eq!(got.len(), 1);
     let message = &got[0];
@@ -97,7 +108,9 @@ async fn a_timer_message_is_delivered_at_its_time_not_before() {
     assert_eq!(message.store_timestamp, h.now_ms + 5_000);
 
     // Delivered once.
-    wheel.round(&h.broker, h.now_ms + 60_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 60_000)
+        .unwrap();
     assert_eq!(delivered(&h, "Orders").await.len(), 1);
 }
 
@@ -123,7 +136,7 @@ async fn timers_are_delivered_in_due_order_whatever_the_send_order() {
         assert_eq!(sent.code, response_code::SUCCESS);
     }
     for step in (0..=160_000).step_by(250) {
-        wheel.round(&h.broker, h.now_ms + step).unwrap();
+        wheel.round(h.broker.background(), h.now_ms + step).unwrap();
     }
     let got = delivered(&h, "Reminders").await;
     let order: Vec<String> = got
@@ -170,14 +183,28 @@ async fn far_ahead_bad_and_past_times_are_answered_as_rocketmq_does() {
         .await;
     assert_eq!(past.code, response_code::SUCCESS);
     assert_eq!(delivered(&h, "T").await.len(), 1);
-    assert_eq!(h.broker.store.bounds(TIMER_TOPIC, 0).max_offset, 0);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(TIMER_TOPIC, 0)
+            .max_offset,
+        0
+    );
     // Within the limit: waits.
     let ok = h
         .send("T", b"later", &timer(property::TIMER_DELAY_SEC, 3_600))
         .await;
     assert_eq!(ok.code, response_code::SUCCESS);
     assert_eq!(field(&ok, "queueId"), "0");
-    assert_eq!(h.broker.store.bounds(TIMER_TOPIC, 0).max_offset, 1);
+    assert_eq!(
+        h.broker
+            .background()
+            .store
+            .bounds(TIMER_TOPIC, 0)
+            .max_offset,
+        1
+    );
 
     let off = Harness::with_config("timerWheelEnable=false\n");
     let refused = off
@@ -198,22 +225,26 @@ async fn only_the_next_minutes_are_in_memory() {
         h.send("Later", b"x", &timer(property::TIMER_DELAY_SEC, 600 + i))
             .await;
     }
-    wheel.round(&h.broker, h.now_ms).unwrap();
+    wheel.round(h.broker.background(), h.now_ms).unwrap();
     assert_eq!(
         wheel.pending_in_memory(),
         0,
         "ten minutes ahead: on disk only"
     );
-    let buckets = std::fs::read_dir(h.broker.config.store_root.join("timer"))
+    let buckets = std::fs::read_dir(h.broker.background().config.store_root.join("timer"))
         .unwrap()
         .count();
     assert!(buckets >= 1);
-    wheel.round(&h.broker, h.now_ms + 599_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 599_000)
+        .unwrap();
     assert!(
         wheel.pending_in_memory() > 0,
         "loaded ahead of their minute"
     );
-    wheel.round(&h.broker, h.now_ms + 700_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 700_000)
+        .unwrap();
     assert_eq!(delivered(&h, "Later").await.len(), 100);
     assert_eq!(wheel.pending_in_memory(), 0);
 }
@@ -224,17 +255,21 @@ async fn a_restart_loses_no_timer_and_a_checkpoint_keeps_delivered_ones_from_com
     assert_eq!(h.create_topic("Jobs", 1).await.code, response_code::SUCCESS);
     let mut wheel = wheel(&h);
     send_jobs(&h, &[1_000, 2_000, 90_000, 200_000]).await;
-    wheel.round(&h.broker, h.now_ms + 1_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 1_000)
+        .unwrap();
     assert_eq!(delivered(&h, "Jobs").await.len(), 1);
     wheel.persist().unwrap();
     // A crash: what came after the checkpoint (the second delivery) is not recorded.
-    wheel.round(&h.broker, h.now_ms + 2_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 2_000)
+        .unwrap();
     drop(wheel);
     let start = h.now_ms;
     let h = h.reopen(|_| {});
-    let mut wheel = Wheel::open(&h.broker.config.store_root, start + 2_000).unwrap();
+    let mut wheel = Wheel::open(&h.broker.background().config.store_root, start + 2_000).unwrap();
     for step in (2_000..=210_000).step_by(1_000) {
-        wheel.round(&h.broker, start + step).unwrap();
+        wheel.round(h.broker.background(), start + step).unwrap();
     }
     let bodies: Vec<String> = delivered(&h, "Jobs")
         .await
@@ -288,7 +323,9 @@ async fn progress_claims_only_what_a_drained_round_delivered() {
             .await;
         assert_eq!(sent.code, response_code::SUCCESS);
     }
-    wheel.round(&h.broker, h.now_ms + 1_000).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 1_000)
+        .unwrap();
     assert_eq!(
         wheel.progress(),
         Progress {
@@ -302,7 +339,9 @@ async fn progress_claims_only_what_a_drained_round_delivered() {
         .await;
     assert_eq!(sent.code, response_code::SUCCESS);
     assert_eq!(wheel.progress().indexed, 2);
-    wheel.round(&h.broker, h.now_ms + 2_500).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 2_500)
+        .unwrap();
     assert_eq!(
         wheel.progress(),
         Progress {
@@ -314,7 +353,9 @@ async fn progress_claims_only_what_a_drained_round_delivered() {
     // A reopened wheel claims nothing until it has delivered what fell due meanwhile.
     let mut wheel = self::wheel(&h);
     assert_eq!(wheel.progress(), Progress::default());
-    wheel.round(&h.broker, h.now_ms + 2_600).unwrap();
+    wheel
+        .round(h.broker.background(), h.now_ms + 2_600)
+        .unwrap();
     assert_eq!(wheel.progress().read_ms, h.now_ms + 2_601);
 }
 
@@ -327,14 +368,16 @@ async fn a_promoted_slave_delivers_what_its_master_had_not() {
     assert_eq!(h.create_topic("Jobs", 1).await.code, response_code::SUCCESS);
     let mut master = wheel(&h);
     send_jobs(&h, &[1_000, 2_000, 90_000]).await;
-    master.round(&h.broker, h.now_ms + 1_000).unwrap();
+    master
+        .round(h.broker.background(), h.now_ms + 1_000)
+        .unwrap();
     assert_eq!(bodies(&h, "Jobs").await, ["job 0"]);
     let progress = master.progress();
     drop(master);
 
     // The same log as a slave would hold it: no buckets, no checkpoint of its own, only the
     // master's progress.
-    let root = h.broker.config.store_root.clone();
+    let root = h.broker.background().config.store_root.clone();
     std::fs::remove_dir_all(root.join("timer")).unwrap();
     assert!(record_master_progress(&root, progress).unwrap());
     assert!(
@@ -343,7 +386,9 @@ async fn a_promoted_slave_delivers_what_its_master_had_not() {
     );
     let mut promoted = Wheel::open(&root, h.now_ms + 1_500).unwrap();
     for step in (1_500..=91_000).step_by(500) {
-        promoted.round(&h.broker, h.now_ms + step).unwrap();
+        promoted
+            .round(h.broker.background(), h.now_ms + step)
+            .unwrap();
     }
     assert_eq!(bodies(&h, "Jobs").await, ["job 0", "job 1", "job 2"]);
 }

@@ -18,6 +18,7 @@ async fn trace_topic_enable_creates_the_trace_topic_at_start_with_one_queue() {
     let h = Harness::with_config("traceTopicEnable=true");
     let shape = h
         .broker
+        .sending()
         .topics
         .shape(TRACE_TOPIC)
         .expect("created at start");
@@ -33,17 +34,22 @@ async fn trace_topic_enable_creates_the_trace_topic_at_start_with_one_queue() {
     );
 
     let named = Harness::with_config("traceTopicEnable=true\nmsgTraceTopicName=Audit_Trace");
-    assert!(named.broker.topics.shape("Audit_Trace").is_some());
-    assert!(named.broker.topics.shape(TRACE_TOPIC).is_none());
+    assert!(named.broker.sending().topics.shape("Audit_Trace").is_some());
+    assert!(named.broker.sending().topics.shape(TRACE_TOPIC).is_none());
 }
 
 #[tokio::test]
 async fn without_trace_topic_enable_the_first_trace_record_creates_it_from_tbw102() {
     let h = Harness::new();
-    assert!(h.broker.topics.shape(TRACE_TOPIC).is_none());
+    assert!(h.broker.sending().topics.shape(TRACE_TOPIC).is_none());
     let answer = h.send(TRACE_TOPIC, b"trace", &SendOptions::default()).await;
     assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
-    let shape = h.broker.topics.shape(TRACE_TOPIC).expect("auto-created");
+    let shape = h
+        .broker
+        .sending()
+        .topics
+        .shape(TRACE_TOPIC)
+        .expect("auto-created");
     // The client's defaultTopicQueueNums (4 in the test sender), as for any other topic.
     assert_eq!((shape.write_queues, shape.perm), (4, 6));
 }

@@ -137,10 +137,9 @@ async fn delivered(h: &Harness) -> Vec<StoredMessage> {
 }
 
 fn op_bodies(h: &Harness) -> Vec<String> {
-    let bounds = h.broker.store.bounds(OP_TOPIC, 0);
-    let read = h
-        .broker
-        .store
+    let store = h.broker.background().store;
+    let bounds = store.bounds(OP_TOPIC, 0);
+    let read = store
         .read(OP_TOPIC, 0, 0, 100, 1 << 20, &|_| true)
         .expect("op queue reads");
     assert_eq!(read.message_count as u64, bounds.max_offset);
@@ -206,7 +205,7 @@ async fn a_half_message_is_hidden_until_committed_and_then_delivered_once() {
     end(&h, &sent, sys_flag::TRANSACTION_ROLLBACK, true).await;
     assert_eq!(delivered(&h).await.len(), 1);
     assert_eq!(op_bodies(&h).len(), 1);
-    assert_eq!(h.broker.transactions.progress(), (1, 1));
+    assert_eq!(h.broker.background().transactions.progress(), (1, 1));
 }
 
 #[tokio::test]
@@ -217,7 +216,7 @@ async fn a_rolled_back_half_is_never_delivered_nor_checked() {
     end(&h, &sent, sys_flag::TRANSACTION_ROLLBACK, false).await;
     assert_eq!(op_bodies(&h), vec!["0,"]);
     h.advance(60_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report, CheckReport::default());
     assert!(checks(&mut outgoing).is_empty());
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
@@ -234,11 +233,11 @@ async fn an_unknown_half_is_checked_after_the_timeout_and_committed_by_the_answe
 
     // transactionTimeOut is 6 s by default: not yet.
     h.advance(6_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert!(checks(&mut outgoing).is_empty());
 
     h.advance(1);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.checked, 1);
     let asked = checks(&mut outgoing);
     assert_eq!(asked.len(), 1);
@@ -252,7 +251,10 @@ async fn an_unknown_half_is_checked_after_the_timeout_and_committed_by_the_answe
     );
     assert_eq!(field(check, "msgId"), sent.msg_id);
     assert_eq!(field(check, "transactionId"), sent.msg_id);
-    assert_eq!(field(check, "bname"), h.broker.config.broker_name);
+    assert_eq!(
+        field(check, "bname"),
+        h.broker.background().config.broker_name
+    );
     let (message, _) = StoredMessage::decode(&check.body, true).expect("the body is a message");
     assert_eq!(message.topic, TOPIC);
     assert_eq!(message.queue_id, 1);
@@ -268,13 +270,13 @@ async fn an_unknown_half_is_checked_after_the_timeout_and_committed_by_the_answe
     // The producer answers UNKNOW at first: asked again next round.
     end(&h, &sent, 0, true).await;
     h.advance(30_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert_eq!(checks(&mut outgoing).len(), 1);
 
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
     assert_eq!(delivered(&h).await.len(), 1);
     h.advance(30_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report, CheckReport::default());
     assert!(checks(&mut outgoing).is_empty());
 }
@@ -287,23 +289,31 @@ async fn a_half_checked_the_maximum_times_is_moved_aside_and_never_delivered() {
     let sent = send_half(&h, b"order 4", &[]).await;
     for round in 0..2 {
         h.advance(5_000);
-        let report = check_round(&h.broker, h.now_ms);
+        let report = check_round(h.broker.background(), h.now_ms);
         assert_eq!(report.checked, 1, "round {round}");
     }
     assert_eq!(checks(&mut outgoing).len(), 2);
     h.advance(5_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.discarded, 1);
     assert!(checks(&mut outgoing).is_empty());
     let aside = pulled(&h, CHECK_MAX_TOPIC, 1).await;
     assert_eq!(aside.len(), 1);
     assert_eq!(&aside[0].body[..], b"order 4");
-    assert!(h.broker.topics.shape(CHECK_MAX_TOPIC).is_some());
+    assert!(h
+        .broker
+        .background()
+        .topics
+        .shape(CHECK_MAX_TOPIC)
+        .is_some());
 
     // Decided for good: a late commit stores nothing, later rounds ask nothing.
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;
     h.advance(5_000);
-    assert_eq!(check_round(&h.broker, h.now_ms), CheckReport::default());
+    assert_eq!(
+        check_round(h.broker.background(), h.now_ms),
+        CheckReport::default()
+    );
     assert!(delivered(&h).await.is_empty());
 }
 
@@ -312,11 +322,11 @@ async fn a_half_with_no_producer_connected_is_counted_and_asked_when_one_is() {
     let mut h = setup().await;
     send_half(&h, b"order 5", &[]).await;
     h.advance(7_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.no_producer, 1);
     let (_producer, mut outgoing) = producer(&h).await;
     h.advance(30_000);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     assert_eq!(checks(&mut outgoing).len(), 1);
 }
 
@@ -326,10 +336,10 @@ async fn a_commit_whose_op_record_was_lost_is_recognised_not_asked_again() {
     let sent = send_half(&h, b"order 6", &[]).await;
     // As after a crash that kept the committed copy and lost the op record behind it.
     let half = pulled(&h, HALF_TOPIC, 1).await.remove(0);
-    let record = transaction::committed_record(&half, h.broker.store_host, h.now_ms)
+    let record = transaction::committed_record(&half, h.broker.background().store_host, h.now_ms)
         .expect("a committed copy");
     let (done, written) = std::sync::mpsc::channel();
-    drop(h.broker.store.append(vec![Append {
+    drop(h.broker.background().store.append(vec![Append {
         records: vec![record],
         done: Box::new(move |result| {
             let _ = done.send(result.is_ok());
@@ -339,7 +349,7 @@ async fn a_commit_whose_op_record_was_lost_is_recognised_not_asked_again() {
     let mut h = h.reopen(|_| {});
     let (_producer, mut outgoing) = producer(&h).await;
     h.advance(7_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.found_committed, 1);
     assert_eq!(report.checked, 0);
     assert!(checks(&mut outgoing).is_empty());
@@ -357,28 +367,33 @@ async fn decisions_and_progress_survive_a_restart() {
     // Decided out of order: the third's op record comes first.
     end(&h, &second, sys_flag::TRANSACTION_ROLLBACK, false).await;
     end(&h, &first, sys_flag::TRANSACTION_COMMIT, false).await;
-    h.broker
+    let broker = h.broker.background();
+    broker
         .transactions
-        .commit_progress(&h.broker.store, &h.broker.offsets);
+        .commit_progress(broker.store, broker.offsets);
     assert_eq!(
-        h.broker.offsets.get(HALF_TOPIC, SYSTEM_GROUP, 0),
+        broker.offsets.get(HALF_TOPIC, SYSTEM_GROUP, 0),
         Some(2),
         "the half offset passed both decided halves"
     );
-    assert_eq!(h.broker.offsets.get(OP_TOPIC, SYSTEM_GROUP, 0), Some(2));
+    assert_eq!(
+        h.broker.background().offsets.get(OP_TOPIC, SYSTEM_GROUP, 0),
+        Some(2)
+    );
     h.broker
+        .background()
         .offsets
         .persist_if_dirty()
         .expect("offsets persist");
 
     let mut h = h.reopen(|_| {});
-    assert_eq!(h.broker.transactions.progress(), (2, 2));
+    assert_eq!(h.broker.background().transactions.progress(), (2, 2));
     for sent in [&first, &second] {
         end(&h, sent, sys_flag::TRANSACTION_COMMIT, true).await;
     }
     let (_producer, mut outgoing) = producer(&h).await;
     h.advance(7_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.checked, 1);
     let asked = checks(&mut outgoing);
     assert_eq!(field(&asked[0], "tranStateTableOffset"), "2");
@@ -399,13 +414,13 @@ async fn decisions_read_back_from_op_records_when_the_progress_was_not_persisted
     end(&h, &second, sys_flag::TRANSACTION_COMMIT, false).await;
     // Killed before the progress reached the offset file: the op queue is read from 0.
     let mut h = h.reopen(|_| {});
-    assert_eq!(h.broker.transactions.progress(), (0, 0));
-    assert!(h.broker.transactions.is_settled(1));
+    assert_eq!(h.broker.background().transactions.progress(), (0, 0));
+    assert!(h.broker.background().transactions.is_settled(1));
     end(&h, &second, sys_flag::TRANSACTION_COMMIT, true).await;
     end(&h, &first, sys_flag::TRANSACTION_ROLLBACK, false).await;
     h.advance(60_000);
-    check_round(&h.broker, h.now_ms);
-    assert_eq!(h.broker.transactions.progress(), (2, 2));
+    check_round(h.broker.background(), h.now_ms);
+    assert_eq!(h.broker.background().transactions.progress(), (2, 2));
     assert_eq!(delivered(&h).await.len(), 1);
 }
 
@@ -418,7 +433,7 @@ async fn a_check_immunity_time_delays_the_check_and_refuses_a_late_own_decision(
     h.advance(1_000);
     send_half(&h, b"fast", &[]).await;
     h.advance(10_000);
-    let report = check_round(&h.broker, h.now_ms);
+    let report = check_round(h.broker.background(), h.now_ms);
     assert_eq!(report.checked, 1);
     assert_eq!(
         field(&checks(&mut outgoing)[0], "tranStateTableOffset"),
@@ -427,7 +442,7 @@ async fn a_check_immunity_time_delays_the_check_and_refuses_a_late_own_decision(
     h.advance(50_000);
     let late = end(&h, &sent, sys_flag::TRANSACTION_COMMIT, false).await;
     assert_eq!(late.code, response_code::ILLEGAL_OPERATION);
-    check_round(&h.broker, h.now_ms);
+    check_round(h.broker.background(), h.now_ms);
     let asked = checks(&mut outgoing);
     assert_eq!(asked.len(), 2, "both are past their time now");
     end(&h, &sent, sys_flag::TRANSACTION_COMMIT, true).await;

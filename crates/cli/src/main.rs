@@ -288,7 +288,7 @@ async fn up(
     } else {
         for (master, slaves) in layout.members(data) {
             let started = start_master(&defaults, &master).await?;
-            let ha = started.broker.ha_host;
+            let ha = started.broker.ha_host();
             running.push(started);
             for slave in slaves {
                 running.push(start_slave(&defaults, &slave, ha).await?);
@@ -365,7 +365,7 @@ async fn start_master(
         "{} master: broker {} ha {} data {}",
         master.name,
         started.local_addr,
-        started.broker.ha_host,
+        started.broker.ha_host(),
         master.data.display()
     );
     Ok(started)

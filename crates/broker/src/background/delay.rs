@@ -9,7 +9,7 @@ use quiver_wire::message::{property, StoredMessage};
 
 use super::{run_step, Owner, Ready};
 use crate::delay::SCHEDULE_TOPIC;
-use crate::state::Broker;
+use crate::state::Background;
 use crate::stored;
 
 /// RocketMQ's scheduler also looks every 100 ms; a message is late by at most this much.
@@ -38,7 +38,7 @@ impl Owner for DelayDelivery {
         POLL_INTERVAL_MS
     }
 
-    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready {
+    fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready {
         self.steps = self.steps.wrapping_add(1);
         let mut ready = Ready {
             persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
@@ -61,7 +61,7 @@ impl Owner for DelayDelivery {
 
     fn stored(
         &mut self,
-        broker: &Broker,
+        broker: Background<'_>,
         token: u64,
         outcome: Result<AppendOutcome, AppendError>,
     ) -> bool {
@@ -73,21 +73,21 @@ impl Owner for DelayDelivery {
         true
     }
 
-    fn persist(&mut self, broker: &Broker) -> std::io::Result<()> {
+    fn persist(&mut self, broker: Background<'_>) -> std::io::Result<()> {
         broker.delay_offsets.persist_if_dirty()
     }
 }
 
 /// Moves every level's messages due at `now_ms` to their real topics, on this thread (tests and
 /// a step of the owner alike).
-pub fn deliver_due(broker: &Broker, now_ms: i64) {
+pub fn deliver_due(broker: Background<'_>, now_ms: i64) {
     run_step(&mut DelayDelivery::default(), broker, now_ms);
 }
 
 /// A level's messages due at `now_ms`, rebuilt for their real topics, and the offset after the
 /// last one taken; None when there is nothing to move. Offsets below the queue's minimum were
 /// removed: the level's offset moves on to where the store says, with no records.
-fn due_at_level(broker: &Broker, level: usize, now_ms: i64) -> Option<(Vec<Record>, u64)> {
+fn due_at_level(broker: Background<'_>, level: usize, now_ms: i64) -> Option<(Vec<Record>, u64)> {
     let queue_id = level as u32 - 1;
     let offset = broker.delay_offsets.get(level);
     let bounds = broker.store.bounds(SCHEDULE_TOPIC, queue_id);
@@ -121,7 +121,7 @@ fn due_at_level(broker: &Broker, level: usize, now_ms: i64) -> Option<(Vec<Recor
 /// The due messages at the front of a read, rebuilt for their real topic, and the offset after
 /// the last one taken.
 fn due_records(
-    broker: &Broker,
+    broker: Background<'_>,
     level: usize,
     bytes: &[u8],
     offset: u64,
@@ -156,7 +156,7 @@ fn due_records(
 
 fn real_message(
     mut message: StoredMessage,
-    broker: &Broker,
+    broker: Background<'_>,
     now: i64,
 ) -> Result<StoredMessage, String> {
     let topic = message

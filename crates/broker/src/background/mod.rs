@@ -25,7 +25,7 @@ use quiver_wire::Command;
 
 use crate::clock::now_ms;
 use crate::connection::Connection;
-use crate::state::Broker;
+use crate::state::{Background, Broker};
 
 /// Records to store in one append, and the owner's name for them (`Owner::stored` gets it back).
 pub struct Batch {
@@ -63,22 +63,22 @@ pub trait Owner: Send {
     fn period_ms(&self) -> u64;
     /// The work due at `now_ms`. Reads (the store's queues, the owner's own tables) happen here;
     /// nothing is written.
-    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready;
+    fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready;
     /// What became of the append of the batch named `token`. Returns whether to go on with the
     /// step's next batch.
     fn stored(
         &mut self,
-        broker: &Broker,
+        broker: Background<'_>,
         token: u64,
         outcome: Result<AppendOutcome, AppendError>,
     ) -> bool;
     /// Writes the owner's snapshot (blocking; the scheduler's own thread runs it).
-    fn persist(&mut self, broker: &Broker) -> io::Result<()>;
+    fn persist(&mut self, broker: Background<'_>) -> io::Result<()>;
 }
 
 /// Carries out one step of `owner` at `now_ms` on this thread, waiting for each append.
 /// Returns whether the owner has more to do at once (never after a failed append).
-pub fn run_step(owner: &mut dyn Owner, broker: &Broker, now_ms: i64) -> bool {
+pub fn run_step(owner: &mut dyn Owner, broker: Background<'_>, now_ms: i64) -> bool {
     let Ready {
         appends,
         requests,
@@ -108,7 +108,7 @@ pub fn run_step(owner: &mut dyn Owner, broker: &Broker, now_ms: i64) -> bool {
     more && !failed
 }
 
-fn persist_logged(owner: &mut dyn Owner, broker: &Broker) {
+fn persist_logged(owner: &mut dyn Owner, broker: Background<'_>) {
     if let Err(error) = owner.persist(broker) {
         tracing::error!(owner = owner.name(), %error, "could not write a background owner's state");
     }
@@ -116,7 +116,10 @@ fn persist_logged(owner: &mut dyn Owner, broker: &Broker) {
 
 /// Appends `records` and waits for the store's answer (with sync flush, for the fsync, which
 /// this thread may run itself).
-fn append_and_wait(broker: &Broker, records: Vec<Record>) -> Result<AppendOutcome, AppendError> {
+fn append_and_wait(
+    broker: Background<'_>,
+    records: Vec<Record>,
+) -> Result<AppendOutcome, AppendError> {
     let (done, answer) = mpsc::sync_channel(1);
     let done = Box::new(move |result| {
         let _ = done.send(result);
@@ -147,7 +150,9 @@ pub fn run(broker: Arc<Broker>, mut owners: Vec<Box<dyn Owner>>, stop: mpsc::Rec
                 continue;
             }
             let mut steps = 0;
-            while run_step(owner.as_mut(), &broker, now_ms()) && steps < STEPS_IN_A_ROW_MAX {
+            while run_step(owner.as_mut(), broker.background(), now_ms())
+                && steps < STEPS_IN_A_ROW_MAX
+            {
                 steps += 1;
             }
             // From now, not from when it was due: a slow step delays the next rather than
@@ -156,7 +161,7 @@ pub fn run(broker: Arc<Broker>, mut owners: Vec<Box<dyn Owner>>, stop: mpsc::Rec
         }
     }
     for owner in &mut owners {
-        persist_logged(owner.as_mut(), &broker);
+        persist_logged(owner.as_mut(), broker.background());
     }
 }
 
@@ -202,7 +207,7 @@ mod tests {
         fn period_ms(&self) -> u64 {
             10
         }
-        fn step(&mut self, _: &Broker, _: i64) -> Ready {
+        fn step(&mut self, _: Background<'_>, _: i64) -> Ready {
             self.seen.lock().unwrap().steps += 1;
             let mut ready = Ready {
                 persist: self.persist_each_step,
@@ -218,7 +223,7 @@ mod tests {
         }
         fn stored(
             &mut self,
-            _: &Broker,
+            _: Background<'_>,
             token: u64,
             outcome: Result<AppendOutcome, AppendError>,
         ) -> bool {
@@ -229,7 +234,7 @@ mod tests {
                 .push((token, outcome.is_ok()));
             self.stop_after != Some(token)
         }
-        fn persist(&mut self, _: &Broker) -> io::Result<()> {
+        fn persist(&mut self, _: Background<'_>) -> io::Result<()> {
             self.seen.lock().unwrap().persisted += 1;
             Ok(())
         }
@@ -256,7 +261,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let broker = crate::state::test_broker(dir.path());
         let mut owner = recorder(4, Some(1), true);
-        assert!(!run_step(&mut owner, &broker, 0));
+        assert!(!run_step(&mut owner, broker.background(), 0));
         let seen = owner.seen.lock().unwrap();
         assert_eq!(
             seen.told,

@@ -8,7 +8,7 @@ use quiver_wire::message::{property, StoredMessage};
 
 use super::{run_step, Owner, Ready};
 use crate::pop::{retry_topic, QueueKey, RETRY_MAX_DEFAULT};
-use crate::state::Broker;
+use crate::state::Background;
 use crate::stored;
 use crate::topic::{topic_config, DLQ_PREFIX, PERM_READ, PERM_WRITE};
 
@@ -37,7 +37,7 @@ impl Owner for PopRevive {
         POLL_INTERVAL_MS
     }
 
-    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready {
+    fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready {
         self.steps = self.steps.wrapping_add(1);
         let mut ready = Ready {
             persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
@@ -64,7 +64,7 @@ impl Owner for PopRevive {
 
     fn stored(
         &mut self,
-        broker: &Broker,
+        broker: Background<'_>,
         _: u64,
         outcome: Result<AppendOutcome, AppendError>,
     ) -> bool {
@@ -75,18 +75,18 @@ impl Owner for PopRevive {
         true
     }
 
-    fn persist(&mut self, broker: &Broker) -> std::io::Result<()> {
+    fn persist(&mut self, broker: Background<'_>) -> std::io::Result<()> {
         broker.pop.persist_if_dirty()
     }
 }
 
-fn commit_low(broker: &Broker, key: &QueueKey, low: u64) {
+fn commit_low(broker: Background<'_>, key: &QueueKey, low: u64) {
     broker
         .offsets
         .commit(&key.topic, &key.group, key.queue_id, low as i64);
 }
 
-fn take_out_of_flight(broker: &Broker, revived: &[(QueueKey, u64)]) {
+fn take_out_of_flight(broker: Background<'_>, revived: &[(QueueKey, u64)]) {
     for (key, low) in broker.pop.revived(revived) {
         commit_low(broker, &key, low);
     }
@@ -94,7 +94,7 @@ fn take_out_of_flight(broker: &Broker, revived: &[(QueueKey, u64)]) {
 
 /// Revives what is past its deadline at `now_ms`, a batch per append until none is left, on
 /// this thread (tests and the owner's steps alike).
-pub fn revive_due(broker: &Broker, now_ms: i64) {
+pub fn revive_due(broker: Background<'_>, now_ms: i64) {
     let mut owner = PopRevive::default();
     while run_step(&mut owner, broker, now_ms) {}
 }
@@ -102,7 +102,7 @@ pub fn revive_due(broker: &Broker, now_ms: i64) {
 /// The copy of a popped message for the retry (or dead-letter) topic; None when the message
 /// is gone (retention) or damaged, which is logged and leaves nothing to revive.
 fn revived_record(
-    broker: &Broker,
+    broker: Background<'_>,
     key: &QueueKey,
     offset: u64,
     now_ms: i64,
@@ -142,7 +142,7 @@ fn revived_record(
 
 /// The popped message at `offset`, as stored; None when it is gone (retention) or cannot be
 /// read, which is logged.
-fn read_popped(broker: &Broker, key: &QueueKey, offset: u64) -> Option<Vec<u8>> {
+fn read_popped(broker: Background<'_>, key: &QueueKey, offset: u64) -> Option<Vec<u8>> {
     let read = broker.store.read(
         &key.topic,
         key.queue_id as u32,
@@ -176,7 +176,7 @@ struct Revival {
 
 /// Where a message popped from `key` goes back, raised to `reconsume` tries (the group's
 /// dead-letter topic past its retryMaxTimes); the target topic is created when missing.
-fn revival_target(broker: &Broker, key: &QueueKey, reconsume: i32) -> Option<Revival> {
+fn revival_target(broker: Background<'_>, key: &QueueKey, reconsume: i32) -> Option<Revival> {
     let retry_prefix = retry_topic(&key.group, "");
     let origin = key
         .topic

@@ -15,7 +15,7 @@ use quiver_wire::message::{property, StoredMessage};
 
 use super::{run_step, Owner, Ready};
 use crate::clock::now_ms;
-use crate::state::Broker;
+use crate::state::Background;
 use crate::stored;
 use crate::timer::{checkpoint_path, minute, Checkpoint, Progress, BUCKET_MS, TIMER_TOPIC};
 
@@ -98,7 +98,7 @@ impl Wheel {
     }
 
     /// Indexes the timer queue's new entries into buckets (and into `pending` for loaded ones).
-    fn index(&mut self, broker: &Broker) -> io::Result<()> {
+    fn index(&mut self, broker: Background<'_>) -> io::Result<()> {
         loop {
             let (codes, next) = broker
                 .store
@@ -184,7 +184,7 @@ impl Wheel {
 
     /// One round at `now`, carried out on this thread: index, load, and deliver every batch
     /// due (tests, and each step of the scheduler's owner).
-    pub fn round(&mut self, broker: &Broker, now: i64) -> io::Result<()> {
+    pub fn round(&mut self, broker: Background<'_>, now: i64) -> io::Result<()> {
         while run_step(self, broker, now) {}
         match self.failure.take() {
             Some(error) => Err(error),
@@ -195,7 +195,7 @@ impl Wheel {
     /// The next batch due at `now` (in due order), asked for as one append; the wheel moves
     /// past it once it is stored. Nothing due: a drained round, if every bucket up to now is
     /// loaded (not held back by PENDING_MAX).
-    fn next_batch(&mut self, broker: &Broker, now: i64, ready: &mut Ready) {
+    fn next_batch(&mut self, broker: Background<'_>, now: i64, ready: &mut Ready) {
         let due: Vec<(i64, u64)> = self
             .pending
             .iter()
@@ -248,7 +248,7 @@ impl Owner for Wheel {
         POLL_INTERVAL_MS
     }
 
-    fn step(&mut self, broker: &Broker, now: i64) -> Ready {
+    fn step(&mut self, broker: Background<'_>, now: i64) -> Ready {
         self.steps = self.steps.wrapping_add(1);
         let mut ready = Ready {
             persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
@@ -266,7 +266,7 @@ impl Owner for Wheel {
                 self.failure = Some(error);
             }
         }
-        let counters = &broker.counters;
+        let counters = broker.counters;
         let pending = self.pending.len() as u64;
         counters
             .timer_pending
@@ -279,7 +279,12 @@ impl Owner for Wheel {
         ready
     }
 
-    fn stored(&mut self, _: &Broker, _: u64, outcome: Result<AppendOutcome, AppendError>) -> bool {
+    fn stored(
+        &mut self,
+        _: Background<'_>,
+        _: u64,
+        outcome: Result<AppendOutcome, AppendError>,
+    ) -> bool {
         let delivering = std::mem::take(&mut self.delivering);
         if outcome.is_ok() {
             self.delivered(&delivering);
@@ -287,14 +292,14 @@ impl Owner for Wheel {
         true
     }
 
-    fn persist(&mut self, _: &Broker) -> io::Result<()> {
+    fn persist(&mut self, _: Background<'_>) -> io::Result<()> {
         Wheel::persist(self)
     }
 }
 
 /// The timer message at `offset` of the timer queue, rebuilt for its real topic; None when it
 /// cannot be read or rebuilt (logged).
-fn real_record(broker: &Broker, offset: u64, now: i64) -> Option<Record> {
+fn real_record(broker: Background<'_>, offset: u64, now: i64) -> Option<Record> {
     let read = match broker
         .store
         .read(TIMER_TOPIC, 0, offset, 1, 64 * 1024 * 1024, &|_| true)
@@ -361,7 +366,7 @@ impl TimerDelivery {
         }
     }
 
-    fn wheel(&mut self, broker: &Broker) -> Option<&mut Wheel> {
+    fn wheel(&mut self, broker: Background<'_>) -> Option<&mut Wheel> {
         if self.wheel.is_none() && !self.failed {
             match Wheel::open(&broker.config.store_root, now_ms()) {
                 Ok(wheel) => self.wheel = Some(wheel),
@@ -390,7 +395,7 @@ impl Owner for TimerDelivery {
         POLL_INTERVAL_MS
     }
 
-    fn step(&mut self, broker: &Broker, now: i64) -> Ready {
+    fn step(&mut self, broker: Background<'_>, now: i64) -> Ready {
         self.wheel(broker)
             .map(|wheel| wheel.step(broker, now))
             .unwrap_or_default()
@@ -398,7 +403,7 @@ impl Owner for TimerDelivery {
 
     fn stored(
         &mut self,
-        broker: &Broker,
+        broker: Background<'_>,
         token: u64,
         outcome: Result<AppendOutcome, AppendError>,
     ) -> bool {
@@ -408,7 +413,7 @@ impl Owner for TimerDelivery {
         }
     }
 
-    fn persist(&mut self, broker: &Broker) -> io::Result<()> {
+    fn persist(&mut self, broker: Background<'_>) -> io::Result<()> {
         match self.wheel.as_mut() {
             Some(wheel) => Owner::persist(wheel, broker),
             None => Ok(()),

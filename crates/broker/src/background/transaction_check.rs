@@ -14,7 +14,7 @@ use quiver_wire::{Command, Encoding};
 use super::{run_step, Owner, Ready};
 use crate::config::CheckConfig;
 use crate::connection::Connection;
-use crate::state::Broker;
+use crate::state::Background;
 use crate::stored;
 use crate::topic::{topic_config, PERM_READ, PERM_WRITE};
 use crate::transaction::{op_record, read_from, real_queue, CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC};
@@ -58,13 +58,13 @@ impl TransactionCheck {
 
     /// One round at `now_ms`: every undecided half older than its immunity is checked with its
     /// producer, found committed, or moved aside.
-    fn round(&mut self, broker: &Broker, now_ms: i64, ready: &mut Ready) {
-        let transactions = &broker.transactions;
+    fn round(&mut self, broker: Background<'_>, now_ms: i64, ready: &mut Ready) {
+        let transactions = broker.transactions;
         let end = broker.store.bounds(HALF_TOPIC, 0).max_offset;
         let (mut offset, _) = transactions.progress();
         let mut looked_at = 0;
         'scan: while offset < end && looked_at < HALVES_PER_ROUND_MAX {
-            let Some((halves, next)) = read_from(&broker.store, HALF_TOPIC, offset) else {
+            let Some((halves, next)) = read_from(broker.store, HALF_TOPIC, offset) else {
                 break;
             };
             for half in halves {
@@ -87,7 +87,13 @@ impl TransactionCheck {
     }
 
     /// Decides or checks one half that is due.
-    fn resolve(&mut self, broker: &Broker, half: StoredMessage, now_ms: i64, ready: &mut Ready) {
+    fn resolve(
+        &mut self,
+        broker: Background<'_>,
+        half: StoredMessage,
+        now_ms: i64,
+        ready: &mut Ready,
+    ) {
         let half_offset = half.queue_offset as u64;
         if has_committed_copy(broker, &half) {
             tracing::warn!(
@@ -142,7 +148,7 @@ impl TransactionCheck {
     /// decides it first (`Transactions::claim`).
     fn decide(
         &mut self,
-        broker: &Broker,
+        broker: Background<'_>,
         half: &StoredMessage,
         mut records: Vec<Record>,
         decision: Decision,
@@ -177,11 +183,11 @@ impl Owner for TransactionCheck {
         PROGRESS_INTERVAL_MS
     }
 
-    fn step(&mut self, broker: &Broker, now_ms: i64) -> Ready {
+    fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready {
         let mut ready = Ready::default();
         broker
             .transactions
-            .commit_progress(&broker.store, &broker.offsets);
+            .commit_progress(broker.store, broker.offsets);
         let interval_ms = broker.config.transaction.interval_ms as i64;
         let next_round_ms = *self
             .next_round_ms
@@ -199,7 +205,7 @@ impl Owner for TransactionCheck {
 
     fn stored(
         &mut self,
-        broker: &Broker,
+        broker: Background<'_>,
         token: u64,
         outcome: Result<AppendOutcome, AppendError>,
     ) -> bool {
@@ -207,7 +213,7 @@ impl Owner for TransactionCheck {
         let Some(decision) = self.deciding.remove(&half_offset) else {
             return true;
         };
-        let transactions = &broker.transactions;
+        let transactions = broker.transactions;
         match outcome {
             Ok(outcome) => {
                 let op_offset = outcome.entries.last().map_or(0, |e| e.queue_offset);
@@ -226,11 +232,11 @@ impl Owner for TransactionCheck {
         true
     }
 
-    fn persist(&mut self, broker: &Broker) -> std::io::Result<()> {
+    fn persist(&mut self, broker: Background<'_>) -> std::io::Result<()> {
         // The progress lives in the consumer offsets, which the offset snapshot writes.
         broker
             .transactions
-            .commit_progress(&broker.store, &broker.offsets);
+            .commit_progress(broker.store, broker.offsets);
         Ok(())
     }
 }
@@ -250,12 +256,12 @@ pub struct CheckReport {
 
 /// One check round at `now_ms`, carried out on this thread (tests, and an operator's "check
 /// now"): what it did.
-pub fn check_round(broker: &Broker, now_ms: i64) -> CheckReport {
+pub fn check_round(broker: Background<'_>, now_ms: i64) -> CheckReport {
     let mut check = TransactionCheck::round_due(now_ms);
     run_step(&mut check, broker, now_ms);
     broker
         .transactions
-        .commit_progress(&broker.store, &broker.offsets);
+        .commit_progress(broker.store, broker.offsets);
     check.report
 }
 
@@ -293,7 +299,7 @@ fn due(half: &StoredMessage, config: &CheckConfig, now_ms: i64) -> Due {
 
 /// Whether the real topic holds a committed copy of `half`: same UNIQ_KEY, commit bits, and
 /// the half's position as prepared-transaction offset.
-fn has_committed_copy(broker: &Broker, half: &StoredMessage) -> bool {
+fn has_committed_copy(broker: Background<'_>, half: &StoredMessage) -> bool {
     let (Some(uniq), Ok((topic, _))) = (half.property(property::UNIQ_KEY), real_queue(half)) else {
         return false;
     };
@@ -318,7 +324,7 @@ fn has_committed_copy(broker: &Broker, half: &StoredMessage) -> bool {
 
 /// The copy of a half checked too often, for TRANS_CHECK_MAX_TIME_TOPIC (created on first use
 /// with one queue, as RocketMQ creates it).
-fn discarded_record(broker: &Broker, half: &StoredMessage) -> Result<Record, String> {
+fn discarded_record(broker: Background<'_>, half: &StoredMessage) -> Result<Record, String> {
     match broker
         .topics
         .create_if_absent(topic_config(CHECK_MAX_TOPIC, 1, PERM_READ | PERM_WRITE))
@@ -336,7 +342,7 @@ fn discarded_record(broker: &Broker, half: &StoredMessage) -> Result<Record, Str
 /// CHECK_TRANSACTION_STATE for `half`, to one connection of its producer group, as RocketMQ's
 /// `sendCheckMessage`: the header names the half, the body is the message with its real topic
 /// and queue. None when no producer of the group is connected.
-fn check_request(broker: &Broker, half: &StoredMessage) -> Option<(Connection, Command)> {
+fn check_request(broker: Background<'_>, half: &StoredMessage) -> Option<(Connection, Command)> {
     let group = half.property(property::PRODUCER_GROUP)?;
     let producers: Vec<_> = broker
         .clients

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::master_session::{MasterSession, MasterSessionError};
 use super::SlaveConnected;
-use crate::state::Broker;
+use crate::state::{Broker, Replicating};
 
 /// An ASYNC_MASTER waits this long after the log grows before it reads what to send: one frame
 /// then carries what many groups wrote, where a frame per group costs the master, the slave and
@@ -65,7 +65,7 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
         let stop = stop.clone();
         sessions.spawn(async move {
             tracing::info!(%peer, "slave connected");
-            match session(stream, &broker, stop).await {
+            match session(stream, broker.replicating(), stop).await {
                 Ok(()) => tracing::info!(%peer, "slave connection ended"),
                 Err(error) => tracing::warn!(%peer, %error, "slave connection closed"),
             }
@@ -79,12 +79,12 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
 /// decides what to send and what the slave confirmed; the clock read here and passed in.
 async fn session(
     stream: TcpStream,
-    broker: &Broker,
+    broker: Replicating<'_>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
     stream.set_nodelay(true)?;
-    let replication = &broker.replication;
-    let store = &broker.store;
+    let replication = broker.replication;
+    let store = broker.store;
     // Counts this slave and holds its confirmation until the connection ends.
     let connected = SlaveConnected::new(replication);
     let (mut reader, mut writer) = stream.into_split();

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::codec::{encode_report, StreamError, Units};
 use super::slave_session::{SlaveSession, SlaveSessionError};
-use crate::state::Broker;
+use crate::state::{Broker, Replicating};
 
 /// Between attempts to reach the master.
 const RECONNECT_DELAY_MS: u64 = 1_000;
@@ -36,7 +36,8 @@ enum SessionError {
 }
 
 /// Follows the master until `stop`.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+pub async fn run(owner: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let broker = owner.replicating();
     let mut failing = false;
     loop {
         let master = broker.replication.master();
@@ -61,7 +62,7 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             Ok(Ok(stream)) => {
                 tracing::info!(master = %addr, "following the master");
                 failing = false;
-                session(stream, &broker, &mut stop).await
+                session(stream, broker, &mut stop).await
             }
             Ok(Err(error)) => Err(SessionError::Io(error)),
             Err(_) => Err(SessionError::Io(std::io::ErrorKind::TimedOut.into())),
@@ -99,8 +100,8 @@ const CHECK_TIMEOUT_MS: u64 = 3_000;
 /// whose log was replaced) would otherwise append that master's bytes after its own, and its
 /// log would be neither. The master is asked through its broker port (VIEW_MESSAGE_BY_ID), as
 /// any RocketMQ broker answers; without a known broker address the check is skipped.
-async fn check_master_holds_our_log(broker: &Broker) -> Result<(), SessionError> {
-    let Some((position, ours)) = last_record(&broker.store) else {
+async fn check_master_holds_our_log(broker: Replicating<'_>) -> Result<(), SessionError> {
+    let Some((position, ours)) = last_record(broker.store) else {
         return Ok(());
     };
     let Some(master) = broker.replication.master().broker else {
@@ -170,12 +171,12 @@ fn last_record(store: &quiver_store::Store) -> Option<(u64, Vec<u8>)> {
 /// `SlaveSession`, which decides what to append and when to report; the clock read here.
 async fn session(
     stream: TcpStream,
-    broker: &Arc<Broker>,
+    broker: Replicating<'_>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
     stream.set_nodelay(true)?;
     let (mut reader, mut writer) = stream.into_split();
-    let store = &broker.store;
+    let store = broker.store;
     let log_end = store.stats().written_position;
     check_master_holds_our_log(broker).await?;
     broker.replication.refuse_master(false);

@@ -12,7 +12,7 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
-use crate::state::Broker;
+use crate::state::Administering;
 use crate::topic::{
     is_system_topic, validate_topic_name, PERSISTENCE_ATTRIBUTE, PERSISTENCE_DISK,
     PERSISTENCE_MEMORY,
@@ -23,11 +23,11 @@ use crate::topic::{
 const TOPIC_QUEUES_MAX: i32 = 1024;
 
 pub fn create_topic(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = CreateTopicRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_topic_name(&header.topic)
         .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
-    let config = &broker.config;
+    let config = broker.config;
     if is_system_topic(&header.topic, &config.cluster_name, &config.broker_name) {
         let remark = format!("The topic[{}] is conflict with system topic.", header.topic);
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
@@ -135,7 +135,7 @@ pub fn change_attributes(
 /// and are never served again, also when the topic is created anew (its offsets then start at
 /// 0, as in RocketMQ). The name server keeps the route until it is told (mqadmin does both).
 pub fn delete_topic(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = DeleteTopicRequestHeader::from_ext(ext_or_err(request)?)?;
     let topic = header.topic.as_str();
     if topic.trim().is_empty() {
@@ -146,7 +146,7 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
     }
     validate_topic_name(topic)
         .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
-    let config = &broker.config;
+    let config = broker.config;
     if is_system_topic(topic, &config.cluster_name, &config.broker_name) {
         let remark = format!("The topic[{topic}] is conflict with system topic.");
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
@@ -183,7 +183,7 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
 
 /// The figures `mqadmin clusterList` and `brokerStatus` print.
 pub fn runtime_info(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let mut table = BTreeMap::new();
     put_traffic(broker, &mut table);
     put_storage(broker, &mut table);
@@ -193,7 +193,7 @@ pub fn runtime_info(call: &Call, request: &Command) -> Handled {
 }
 
 /// Rates and totals of messages put and got.
-fn put_traffic(broker: &Broker, table: &mut BTreeMap<String, String>) {
+fn put_traffic(broker: Administering<'_>, table: &mut BTreeMap<String, String>) {
     let mut put = |key: &str, value: String| {
         table.insert(key.to_string(), value);
     };
@@ -222,7 +222,7 @@ fn put_traffic(broker: &Broker, table: &mut BTreeMap<String, String>) {
 }
 
 /// The CommitLog, the slaves, the rings of non-persistent topics and the timer wheel.
-fn put_storage(broker: &Broker, table: &mut BTreeMap<String, String>) {
+fn put_storage(broker: Administering<'_>, table: &mut BTreeMap<String, String>) {
     let mut put = |key: &str, value: String| {
         table.insert(key.to_string(), value);
     };
@@ -251,7 +251,7 @@ fn put_storage(broker: &Broker, table: &mut BTreeMap<String, String>) {
 
 /// The version, the clients, parked pulls and how long the broker has run. RocketMQ's thread
 /// pool figures are 0: requests wait in no pool here.
-fn put_process(broker: &Broker, now_ms: i64, table: &mut BTreeMap<String, String>) {
+fn put_process(broker: Administering<'_>, now_ms: i64, table: &mut BTreeMap<String, String>) {
     let mut put = |key: &str, value: String| {
         table.insert(key.to_string(), value);
     };
@@ -288,7 +288,7 @@ fn put_process(broker: &Broker, now_ms: i64, table: &mut BTreeMap<String, String
 /// with java.util.Properties. The `version` header is the configuration's data version: it
 /// never changes while the broker runs, so it counts 0 since the start.
 pub fn broker_config(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let text: String = broker
         .config
         .properties(broker.store_host.port())
@@ -316,7 +316,7 @@ const RUNTIME_KEYS: [&str; 3] = [
 ];
 
 /// A runtime key's value as it is now.
-fn live_value(broker: &crate::state::Broker, key: &str) -> Option<String> {
+fn live_value(broker: Administering<'_>, key: &str) -> Option<String> {
     match key {
         "brokerPermission" => Some(broker.live.broker_permission().to_string()),
         "autoCreateTopicEnable" => Some(broker.live.auto_create_topic().to_string()),
@@ -331,7 +331,7 @@ fn live_value(broker: &crate::state::Broker, key: &str) -> Option<String> {
 /// accepted and silently ignored. Values are checked as broker.conf's are. As with RocketMQ
 /// started from a config file, a change lasts until the broker restarts.
 pub fn update_broker_config(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let text = std::str::from_utf8(&request.body).map_err(|_| {
         Refusal::new(
             response_code::SYSTEM_ERROR,
@@ -414,7 +414,7 @@ fn properties_escape(value: &str) -> String {
 }
 
 pub fn topic_consumed_by(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = QueryTopicConsumeByWhoHeader::from_ext(ext_or_err(request)?)?;
     let mut group_list: std::collections::BTreeSet<String> = broker
         .offsets

@@ -28,12 +28,12 @@ pub fn set_mode(call: &Call, request: &Command) -> Handled {
         ));
     }
     tracing::info!(topic = %mode.topic, group = %mode.consumer_group, mode = %mode.mode, "message request mode set");
-    call.broker.pop.set_mode(mode);
+    call.broker.membership().pop.set_mode(mode);
     answer(request.response_to(response_code::SUCCESS))
 }
 
 pub fn all_modes(call: &Call, request: &Command) -> Handled {
-    let modes = call.broker.pop.modes();
+    let modes = call.broker.membership().pop.modes();
     answer(
         request
             .response_to(response_code::SUCCESS)
@@ -45,7 +45,7 @@ pub fn all_modes(call: &Call, request: &Command) -> Handled {
 /// this broker; otherwise the queues are shared out averagely among the group's live clients,
 /// as the client's own AVG strategy would, for pull consumption. Retry topics are always pulled.
 pub fn query_assignment(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let query: QueryAssignmentRequestBody = body::from_json(&request.body)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     let Some(shape) = broker.topics.shape(&query.topic) else {

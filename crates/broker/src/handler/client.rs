@@ -26,7 +26,7 @@ use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 /// retry topic (the consumer looks up its route next), and tells a group's members when its
 /// membership changed.
 pub fn heartbeat(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let connection = call.connection;
     let mut data: HeartbeatData = body::from_json(&request.body).map_err(|e| {
         Refusal::new(
@@ -82,7 +82,7 @@ pub fn heartbeat(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn unregister(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let connection = call.connection;
     let header = UnregisterClientRequestHeader::from_ext(ext_or_err(request)?)?;
     let changed = broker.clients.unregister(
@@ -102,7 +102,7 @@ pub fn unregister(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn consumer_list(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let header = GetConsumerListByGroupRequestHeader::from_ext(ext_or_err(request)?)?;
     let ids = broker.clients.consumer_ids(&header.consumer_group);
     if ids.is_empty() {
@@ -134,7 +134,11 @@ fn client_connection(client_id: &str, connection: &Connection) -> ClientConnecti
 /// connected clients and what their heartbeats say they consume.
 pub fn consumer_connections(call: &Call, request: &Command) -> Handled {
     let header = GetConsumerConnectionListRequestHeader::from_ext(ext_or_err(request)?)?;
-    let members = call.broker.clients.consumer_members(&header.consumer_group);
+    let members = call
+        .broker
+        .membership()
+        .clients
+        .consumer_members(&header.consumer_group);
     let Some((_, _, first)) = members.first() else {
         let remark = format!("the consumer group[{}] not online", header.consumer_group);
         return Err(Refusal::new(response_code::CONSUMER_NOT_ONLINE, remark));
@@ -169,7 +173,11 @@ pub fn consumer_connections(call: &Call, request: &Command) -> Handled {
 /// GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`).
 pub fn producer_connections(call: &Call, request: &Command) -> Handled {
     let header = GetProducerConnectionListRequestHeader::from_ext(ext_or_err(request)?)?;
-    let producers = call.broker.clients.producers(&header.producer_group);
+    let producers = call
+        .broker
+        .membership()
+        .clients
+        .producers(&header.producer_group);
     if producers.is_empty() {
         let remark = format!("the producer group[{}] not exist", header.producer_group);
         return Err(Refusal::new(response_code::SYSTEM_ERROR, remark));
@@ -193,6 +201,7 @@ pub fn consumer_running_info(call: &Call, request: &Command) -> Handled {
     let header = GetConsumerRunningInfoRequestHeader::from_ext(ext_or_err(request)?)?;
     let target = call
         .broker
+        .membership()
         .clients
         .consumers(&header.consumer_group)
         .into_iter()
@@ -254,7 +263,7 @@ pub fn check_client_config(call: &Call, request: &Command) -> Handled {
     if MessageFilter::is_tag_type(Some(expression_type)) {
         return answer(request.response_to(response_code::SUCCESS));
     }
-    if !call.broker.config.enable_property_filter {
+    if !call.broker.membership().config.enable_property_filter {
         let remark = format!(
             "The broker does not support consumer to filter message by {expression_type} (enablePropertyFilter=false)"
         );

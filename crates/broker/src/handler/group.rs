@@ -26,6 +26,7 @@ pub fn update(call: &Call, request: &Command) -> Handled {
     }
     let name = config.group_name.clone();
     call.broker
+        .membership()
         .groups
         .update(config, call.now_ms)
         .map_err(|remark| Refusal::new(response_code::INVALID_PARAMETER, remark))?;
@@ -35,7 +36,7 @@ pub fn update(call: &Call, request: &Command) -> Handled {
 
 pub fn delete(call: &Call, request: &Command) -> Handled {
     let header = DeleteSubscriptionGroupRequestHeader::from_ext(ext_or_err(request)?)?;
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let existed = broker.groups.delete(&header.group_name, call.now_ms);
     if header.clean_offset {
         broker.offsets.remove_group(&header.group_name);
@@ -53,7 +54,12 @@ pub fn delete(call: &Call, request: &Command) -> Handled {
 /// deleted group reads back with the default settings.
 pub fn get(call: &Call, request: &Command) -> Handled {
     let header = GetSubscriptionGroupConfigRequestHeader::from_ext(ext_or_err(request)?)?;
-    let Some(config) = call.broker.groups.find(&header.group, call.now_ms) else {
+    let Some(config) = call
+        .broker
+        .membership()
+        .groups
+        .find(&header.group, call.now_ms)
+    else {
         return Err(Refusal::new(
             response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
             "No group in this broker",

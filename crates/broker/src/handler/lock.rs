@@ -23,7 +23,7 @@ fn parse(request: &Command) -> Result<LockBatchRequestBody, Refusal> {
 }
 
 pub fn lock_batch(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let parsed = parse(request)?;
     let granted = broker.locks.lock(
         &parsed.consumer_group,
@@ -38,7 +38,7 @@ pub fn lock_batch(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn unlock_batch(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.membership();
     let parsed = parse(request)?;
     broker
         .locks

@@ -15,7 +15,7 @@ use quiver_wire::header::HeaderError;
 use quiver_wire::Command;
 
 use crate::connection::Connection;
-use crate::state::Broker;
+use crate::state::{Broker, Sending};
 use crate::topic::PERM_WRITE;
 
 mod admin;
@@ -88,7 +88,7 @@ impl From<HeaderError> for Refusal {
 
 /// Sends and consumers' send-backs alike: a broker closed to writes (being drained) refuses
 /// them with NO_PERMISSION, and Java clients then go to a broker that takes them.
-fn broker_writable(broker: &Broker) -> Result<(), Refusal> {
+fn broker_writable(broker: Sending<'_>) -> Result<(), Refusal> {
     if broker.replication.is_slave() {
         // RocketMQ's answer for a put on a slave; clients then send to a master.
         return Err(Refusal::new(

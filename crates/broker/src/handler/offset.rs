@@ -17,6 +17,7 @@ use quiver_wire::{Command, ExtFields};
 
 use super::{answer, Call, Handled, Refusal};
 use crate::pop::QueueKey;
+use crate::state::Pulling;
 use crate::topic::validate_group_name;
 
 fn queue_id(id: i32) -> Result<u32, Refusal> {
@@ -41,7 +42,7 @@ fn offset_response(request: &Command, offset: u64) -> Command {
 /// says. (Java answers 0 instead when the queue still holds offset 0 in memory; we keep the
 /// documented meaning of CONSUME_FROM_LAST_OFFSET.)
 pub fn query_consumer_offset(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = QueryConsumerOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     match broker
         .offsets
@@ -57,7 +58,7 @@ pub fn query_consumer_offset(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = UpdateConsumerOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_group_name(&header.consumer_group)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
@@ -112,7 +113,7 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn max_offset(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let bounds = broker
         .store
@@ -121,7 +122,7 @@ pub fn max_offset(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn min_offset(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let bounds = broker
         .store
@@ -130,7 +131,7 @@ pub fn min_offset(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn search_offset_by_timestamp(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = SearchOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     let boundary = match header
         .boundary_type
@@ -156,7 +157,7 @@ pub fn search_offset_by_timestamp(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = TopicQueueHeader::from_ext(ext_or_err(request)?)?;
     let queue = queue_id(header.queue_id)?;
     let time = broker
@@ -175,12 +176,7 @@ pub fn earliest_store_time(call: &Call, request: &Command) -> Handled {
 
 /// The offset of the first message of the queue stored at or after `timestamp`; a negative
 /// timestamp means the queue's end (mqadmin's "now").
-fn offset_at(
-    broker: &crate::state::Broker,
-    topic: &str,
-    queue: u32,
-    timestamp: i64,
-) -> Result<i64, Refusal> {
+fn offset_at(broker: Pulling<'_>, topic: &str, queue: u32, timestamp: i64) -> Result<i64, Refusal> {
     if timestamp < 0 {
         return Ok(broker.store.bounds(topic, queue).max_offset as i64);
     }
@@ -200,7 +196,7 @@ fn offset_at(
 /// RESET_CONSUMER_CLIENT_OFFSET (lowered only, unless forced), and a group with none running
 /// gets CONSUMER_NOT_ONLINE, on which mqadmin sets the stored offsets itself.
 pub fn reset_offset(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let header = ResetOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
     if broker.replication.is_slave() {
         return Err(Refusal::new(
@@ -235,7 +231,7 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
 /// Queue id -> the offset a reset moves it to: the one the request names (which must be within
 /// the queue), or the first stored at or after its timestamp, for one queue or all.
 fn reset_targets(
-    broker: &crate::state::Broker,
+    broker: Pulling<'_>,
     header: &ResetOffsetRequestHeader,
     read_queues: i32,
 ) -> Result<BTreeMap<i32, i64>, Refusal> {
@@ -266,7 +262,7 @@ fn reset_targets(
     Ok(targets)
 }
 
-fn reset_queue(broker: &crate::state::Broker, topic: &str, queue_id: i32) -> MessageQueue {
+fn reset_queue(broker: Pulling<'_>, topic: &str, queue_id: i32) -> MessageQueue {
     MessageQueue {
         topic: topic.to_string(),
         broker_name: broker.config.broker_name.clone(),
@@ -277,7 +273,7 @@ fn reset_queue(broker: &crate::state::Broker, topic: &str, queue_id: i32) -> Mes
 /// RocketMQ 5's way (`useServerSideResetOffset`): the stored offsets and the group's pop
 /// cursors move now, and each queue's next pull is told to move.
 fn reset_on_the_broker(
-    broker: &crate::state::Broker,
+    broker: Pulling<'_>,
     request: &Command,
     header: &ResetOffsetRequestHeader,
     targets: &BTreeMap<i32, i64>,
@@ -306,7 +302,7 @@ fn reset_on_the_broker(
 /// RocketMQ 4's way: the consumers are told to move (only back, unless forced); the broker's
 /// table follows their next commits.
 fn reset_by_the_consumers(
-    broker: &crate::state::Broker,
+    broker: Pulling<'_>,
     request: &Command,
     header: &ResetOffsetRequestHeader,
     targets: &BTreeMap<i32, i64>,

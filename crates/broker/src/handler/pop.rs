@@ -19,7 +19,7 @@ use quiver_wire::{Command, ExtFields};
 use super::{answer, Call, Handled, Refusal, Reply};
 use crate::filter::{read_matching, MessageFilter, TagFilter};
 use crate::pop::{retry_topic, Claim, QueueKey};
-use crate::state::Broker;
+use crate::state::{Broker, Popping};
 use crate::topic::{validate_group_name, PERM_READ};
 
 /// Java refuses more per pop.
@@ -46,7 +46,7 @@ struct Found {
 }
 
 pub fn pop(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.popping();
     let header = PopMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     validate_group_name(&header.consumer_group)
         .map_err(|e| Refusal::new(response_code::INVALID_PARAMETER, e.to_string()))?;
@@ -105,22 +105,23 @@ pub fn pop(call: &Call, request: &Command) -> Handled {
             broker.pop.limits,
         )));
     }
-    let broker = broker.clone();
+    let owner = call.broker.clone();
     let response = request.response_to(response_code::SUCCESS);
     Ok(Reply::Wait(Box::pin(async move {
-        poll(broker, response, header, queues, filter).await
+        poll(owner, response, header, queues, filter).await
     })))
 }
 
 /// Waits for a message on any of the queues (or the retry topic) until the poll time runs out,
 /// and pops again after each arrival.
 async fn poll(
-    broker: Arc<Broker>,
+    owner: Arc<Broker>,
     response: Command,
     header: PopMessageRequestHeader,
     queues: Vec<i32>,
     filter: MessageFilter,
 ) -> Command {
+    let broker = owner.popping();
     let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
     let deadline = tokio::time::Instant::now() + hold;
     let retry = retry_topic(&header.consumer_group, &header.topic);
@@ -137,7 +138,7 @@ async fn poll(
         let retry_end = broker.store.bounds(&retry, 0).max_offset;
         wakes.extend(broker.waiters.park(&retry, 0, retry_end));
         let now = crate::clock::now_ms();
-        let found = pop_once(&broker, &header, &queues, &filter, now);
+        let found = pop_once(broker, &header, &queues, &filter, now);
         if found.count > 0 || tokio::time::Instant::now() >= deadline {
             return pop_response(response, &header, found, now, broker.pop.limits);
         }
@@ -145,7 +146,7 @@ async fn poll(
             _ = any_arrival(&mut wakes) => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = broker.waiters.until_closed() => {
-                let found = pop_once(&broker, &header, &queues, &filter, crate::clock::now_ms());
+                let found = pop_once(broker, &header, &queues, &filter, crate::clock::now_ms());
                 return pop_response(response, &header, found, crate::clock::now_ms(), broker.pop.limits);
             }
         }
@@ -210,7 +211,7 @@ fn pop_response(
 /// One pass: the group's pop retry topic first, then the queues in order, up to the pop's
 /// maximum.
 fn pop_once(
-    broker: &Broker,
+    broker: Popping<'_>,
     header: &PopMessageRequestHeader,
     queues: &[i32],
     filter: &MessageFilter,
@@ -247,7 +248,7 @@ struct PopTarget<'a> {
 }
 
 fn pop_queue(
-    broker: &Broker,
+    broker: Popping<'_>,
     header: &PopMessageRequestHeader,
     topic: &str,
     queue_id: i32,
@@ -317,7 +318,7 @@ fn pop_queue(
 }
 
 /// Messages of the queue past the group's pop cursor (none for a queue it never popped).
-fn rest_after_cursor(broker: &Broker, key: &QueueKey, bounds: QueueBounds) -> u64 {
+fn rest_after_cursor(broker: Popping<'_>, key: &QueueKey, bounds: QueueBounds) -> u64 {
     let cursor = broker.pop.cursor(key).unwrap_or(bounds.max_offset);
     bounds.max_offset.saturating_sub(cursor)
 }
@@ -325,7 +326,7 @@ fn rest_after_cursor(broker: &Broker, key: &QueueKey, bounds: QueueBounds) -> u6
 /// Where a group's first pop of a queue starts: a group that consumed it before (by pull) goes
 /// on from its committed offset; else the queue's end with init mode 1 (the consumed topic
 /// only), its start otherwise.
-fn first_pop_offset(broker: &Broker, target: &PopTarget) -> u64 {
+fn first_pop_offset(broker: Popping<'_>, target: &PopTarget) -> u64 {
     let header = target.header;
     let committed = broker
         .offsets
@@ -341,7 +342,7 @@ fn first_pop_offset(broker: &Broker, target: &PopTarget) -> u64 {
 /// Reads up to `wanted` matching messages from `cursor`, with no lock held: their offsets, the
 /// offset after the last one scanned, and their bytes.
 fn read_for_pop(
-    broker: &Broker,
+    broker: Popping<'_>,
     target: &PopTarget,
     filter: &MessageFilter,
     cursor: u64,
@@ -388,7 +389,7 @@ fn read_for_pop(
 /// built here: the client keeps a POP_CK it finds and acks the retry topic's queue and offset
 /// through it.
 fn hand_out_retries(
-    broker: &Broker,
+    broker: Popping<'_>,
     target: &PopTarget,
     offsets: &[u64],
     bytes: &[u8],
@@ -505,7 +506,7 @@ fn handle_key(
 
 /// Acknowledges offsets of one queue (negative ones are no message) under one lock, and
 /// commits the group's offset once if any was in flight.
-fn acked(broker: &Broker, key: &QueueKey, offsets: impl IntoIterator<Item = i64>) {
+fn acked(broker: Popping<'_>, key: &QueueKey, offsets: impl IntoIterator<Item = i64>) {
     let offsets = offsets.into_iter().filter_map(|o| u64::try_from(o).ok());
     if let Some(low) = broker.pop.ack_many(key, offsets) {
         broker
@@ -524,7 +525,7 @@ pub fn ack(call: &Call, request: &Command) -> Handled {
     )?;
     // Acked already or revived: as RocketMQ, the ack is answered SUCCESS (an ack that comes
     // after the revive leaves the retry copy to be consumed once more).
-    acked(call.broker, &key, [header.offset]);
+    acked(call.broker.popping(), &key, [header.offset]);
     answer(request.response_to(response_code::SUCCESS))
 }
 
@@ -543,7 +544,7 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
                 .filter(move |bit| byte & (1 << bit) != 0)
                 .map(move |bit| entry.start_offset + (byte_index * 8 + bit) as i64)
         });
-        acked(call.broker, &key, offsets);
+        acked(call.broker.popping(), &key, offsets);
     }
     answer(request.response_to(response_code::SUCCESS))
 }
@@ -557,9 +558,12 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
         handle_retry(&header.extra_info)?,
     )?;
     let changed = u64::try_from(header.offset).is_ok_and(|offset| {
-        call.broker
-            .pop
-            .change_invisible(&key, offset, call.now_ms, header.invisible_time.max(0))
+        call.broker.popping().pop.change_invisible(
+            &key,
+            offset,
+            call.now_ms,
+            header.invisible_time.max(0),
+        )
     });
     if !changed {
         return Err(Refusal::new(

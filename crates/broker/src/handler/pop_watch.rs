@@ -13,10 +13,10 @@ use quiver_wire::{Command, ExtFields};
 use super::pop::{any_arrival, POLL_MS_MAX, POP_BYTES_MAX, POP_MESSAGES_MAX, REVIVE_QID};
 use super::{answer, Call, Handled, Refusal, Reply};
 use crate::pop::{retry_topic, QueueKey};
-use crate::state::Broker;
+use crate::state::Popping;
 
 /// The readable queues a request names: -1 for all of them.
-fn named_queues(broker: &Broker, topic: &str, queue_id: i32) -> Result<Vec<i32>, Refusal> {
+fn named_queues(broker: Popping<'_>, topic: &str, queue_id: i32) -> Result<Vec<i32>, Refusal> {
     let Some(shape) = broker.topics.shape(topic) else {
         let remark = format!("topic[{topic}] not exist, apply first please!");
         return Err(Refusal::new(response_code::TOPIC_NOT_EXIST, remark));
@@ -37,7 +37,7 @@ fn named_queues(broker: &Broker, topic: &str, queue_id: i32) -> Result<Vec<i32>,
 
 /// Where the group's next pop of a queue starts (its cursor, or its committed offset, or the
 /// queue's start).
-fn next_pop_offset(broker: &Broker, group: &str, topic: &str, queue_id: i32) -> u64 {
+fn next_pop_offset(broker: Popping<'_>, group: &str, topic: &str, queue_id: i32) -> u64 {
     let key = QueueKey {
         group: group.to_string(),
         topic: topic.to_string(),
@@ -60,7 +60,7 @@ fn next_pop_offset(broker: &Broker, group: &str, topic: &str, queue_id: i32) -> 
 /// PEEK_MESSAGE: up to maxMsgNums messages from where the group's next pop would start,
 /// handed out to nobody (no invisible time, no cursor moved).
 pub fn peek(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.popping();
     let header = PeekMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     if !(1..=POP_MESSAGES_MAX).contains(&header.max_msg_nums) {
         let remark = format!("the max message number of a peek is 1 to {POP_MESSAGES_MAX}");
@@ -105,7 +105,7 @@ pub fn peek(call: &Call, request: &Command) -> Handled {
 }
 
 /// Whether the group has something to pop on the queues (or its pop retry topic).
-fn has_message(broker: &Broker, group: &str, topic: &str, queues: &[i32]) -> bool {
+fn has_message(broker: Popping<'_>, group: &str, topic: &str, queues: &[i32]) -> bool {
     let retry = retry_topic(group, topic);
     let retry_waiting = broker.topics.shape(&retry).is_some()
         && next_pop_offset(broker, group, &retry, 0) < broker.store.bounds(&retry, 0).max_offset;
@@ -119,7 +119,7 @@ fn has_message(broker: &Broker, group: &str, topic: &str, queues: &[i32]) -> boo
 /// NOTIFICATION: answers `hasMsg` at once when there is something to pop, else when something
 /// lands or the poll time runs out.
 pub fn notification(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.popping();
     let header = NotificationRequestHeader::from_ext(ext_or_err(request)?)?;
     let queues = named_queues(broker, &header.topic, header.queue_id)?;
     let response = request.response_to(response_code::SUCCESS);
@@ -135,8 +135,9 @@ pub fn notification(call: &Call, request: &Command) -> Handled {
         let has = has_message(broker, &header.consumer_group, &header.topic, &queues);
         return Ok(Reply::Now(answer_with(response, has)));
     }
-    let broker = broker.clone();
+    let owner = call.broker.clone();
     Ok(Reply::Wait(Box::pin(async move {
+        let broker = owner.popping();
         let _polling = broker.pop.polling(&header.topic, &header.consumer_group);
         let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
         let deadline = tokio::time::Instant::now() + hold;
@@ -149,7 +150,7 @@ pub fn notification(call: &Call, request: &Command) -> Handled {
                     .max_offset;
                 wakes.extend(broker.waiters.park(&header.topic, *queue_id as u32, end));
             }
-            let has = has_message(&broker, &header.consumer_group, &header.topic, &queues);
+            let has = has_message(broker, &header.consumer_group, &header.topic, &queues);
             if has || tokio::time::Instant::now() >= deadline {
                 return answer_with(response, has);
             }
@@ -165,9 +166,10 @@ pub fn notification(call: &Call, request: &Command) -> Handled {
 /// POLLING_INFO: how many pops (and notifications) of the group wait on the topic now.
 pub fn polling_info(call: &Call, request: &Command) -> Handled {
     let header = PollingInfoRequestHeader::from_ext(ext_or_err(request)?)?;
-    named_queues(call.broker, &header.topic, header.queue_id)?;
+    named_queues(call.broker.popping(), &header.topic, header.queue_id)?;
     let count = call
         .broker
+        .popping()
         .pop
         .polling_count(&header.topic, &header.consumer_group);
     let ext = ExtFields::new().with("pollingNum", count);

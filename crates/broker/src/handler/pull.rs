@@ -14,7 +14,7 @@ use quiver_wire::Command;
 
 use super::{Call, Handled, Refusal, Reply};
 use crate::filter::{read_matching, MessageFilter};
-use crate::state::Broker;
+use crate::state::{Broker, Pulling};
 use crate::topic::{validate_group_name, PERM_READ};
 
 /// Messages per pull at most, whatever the client asks: Java's own cap for reads from memory.
@@ -34,7 +34,7 @@ pub fn pull(call: &Call, request: &Command) -> Handled {
     validate_group_name(&header.consumer_group)
         .map_err(|error| Refusal::new(response_code::SYSTEM_ERROR, error.to_string()))?;
     group_may_consume(call, &header.consumer_group)?;
-    match pull_once(call.broker, request, &header, true)? {
+    match pull_once(call.broker.pulling(), request, &header, true)? {
         Outcome::Answer(response) => Ok(Reply::Now(response)),
         Outcome::Wait => Ok(Reply::Wait(Box::pin(park(
             call.broker.clone(),
@@ -46,7 +46,8 @@ pub fn pull(call: &Call, request: &Command) -> Handled {
 
 /// Waits for an arrival on the queue past the pulled offset (or the suspend time), then reads
 /// once more; `response` carries the request's opaque and encoding.
-async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequestHeader) -> Command {
+async fn park(owner: Arc<Broker>, response: Command, header: PullMessageRequestHeader) -> Command {
+    let broker = owner.pulling();
     let offset = header.queue_offset.max(0) as u64;
     let queue_id = header.queue_id as u32;
     let wake = broker.waiters.park(&header.topic, queue_id, offset);
@@ -80,7 +81,7 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
             }
         }
     }
-    match pull_once(&broker, &response, &header, false) {
+    match pull_once(broker, &response, &header, false) {
         Ok(Outcome::Answer(answer)) => answer,
         Ok(Outcome::Wait) => unreachable!("a second pass never parks"),
         Err(refusal) => refusal.into_response(&response),
@@ -88,7 +89,7 @@ async fn park(broker: Arc<Broker>, response: Command, header: PullMessageRequest
 }
 
 fn pull_once(
-    broker: &Broker,
+    broker: Pulling<'_>,
     request: &Command,
     header: &PullMessageRequestHeader,
     may_suspend: bool,
@@ -148,7 +149,7 @@ fn pull_once(
 /// The pulled topic's shape, once the topic, its permission, the broker's and the queue id are
 /// checked as RocketMQ checks them.
 fn readable_queue(
-    broker: &Broker,
+    broker: Pulling<'_>,
     header: &PullMessageRequestHeader,
 ) -> Result<crate::topic::TopicShape, Refusal> {
     let Some(shape) = broker.topics.shape(&header.topic) else {
@@ -173,7 +174,7 @@ fn readable_queue(
 /// move to the reset offset, once, as RocketMQ's server-side reset does. The offset it
 /// piggybacks is from before the reset and is not committed.
 fn reset_answer(
-    broker: &Broker,
+    broker: Pulling<'_>,
     request: &Command,
     header: &PullMessageRequestHeader,
 ) -> Option<Command> {
@@ -197,7 +198,7 @@ fn reset_answer(
 
 /// The offset the client piggybacks, once (the first pass is the one that may suspend), and
 /// only for a queue that exists: the table is persisted, and a refused pull leaves nothing.
-fn commit_piggybacked_offset(broker: &Broker, header: &PullMessageRequestHeader) {
+fn commit_piggybacked_offset(broker: Pulling<'_>, header: &PullMessageRequestHeader) {
     if header.sys_flag & pull_sys_flag::COMMIT_OFFSET != 0 && header.commit_offset >= 0 {
         broker.offsets.commit(
             &header.topic,
@@ -211,7 +212,10 @@ fn commit_piggybacked_offset(broker: &Broker, header: &PullMessageRequestHeader)
 /// Reads what the pull asks for through its filter; an offset below zero is answered as one
 /// under the queue's minimum (RocketMQ answers PULL_OFFSET_MOVED with the minimum to carry on
 /// from).
-fn read_queue(broker: &Broker, header: &PullMessageRequestHeader) -> Result<QueueRead, Refusal> {
+fn read_queue(
+    broker: Pulling<'_>,
+    header: &PullMessageRequestHeader,
+) -> Result<QueueRead, Refusal> {
     let filter = filter_for(broker, header)?;
     let max_messages = header.max_msg_nums.clamp(1, PULL_MESSAGES_MAX) as u32;
     let max_bytes = header
@@ -257,8 +261,8 @@ fn read_queue(broker: &Broker, header: &PullMessageRequestHeader) -> Result<Queu
 }
 
 /// RocketMQ's getTotalTps / getFoundTps and messages got.
-fn count_pull(broker: &Broker, read: &QueueRead) {
-    let counters = &broker.counters;
+fn count_pull(broker: Pulling<'_>, read: &QueueRead) {
+    let counters = broker.counters;
     counters
         .messages_got
         .fetch_add(u64::from(read.message_count), Ordering::Relaxed);
@@ -271,7 +275,7 @@ fn count_pull(broker: &Broker, read: &QueueRead) {
 /// RocketMQ's checks of the group's settings before a pull: the group exists (or may be
 /// created), may consume, and may consume by broadcast if its consumers do.
 pub(super) fn group_may_consume(call: &Call, group: &str) -> Result<(), Refusal> {
-    let broker = call.broker;
+    let broker = call.broker.pulling();
     let flags = broker.groups.find_with(group, call.now_ms, |config| {
         (config.consume_enable, config.consume_broadcast_enable)
     });
@@ -297,7 +301,7 @@ pub(super) fn group_may_consume(call: &Call, group: &str) -> Result<(), Refusal>
 /// `slaveReadEnable`, a slave (id 1) when the consumer is further behind the log's end than
 /// `accessMessageInMemoryMaxRatio` percent of the machine's memory (its reads would come from
 /// disk and compete with the writes), else the master (id 0); without it, always the master.
-fn suggested_broker_id(broker: &Broker, read: &QueueRead) -> i64 {
+fn suggested_broker_id(broker: Pulling<'_>, read: &QueueRead) -> i64 {
     const MASTER_ID: i64 = 0;
     const SLAVE_ID: i64 = 1;
     if !broker.config.slave_read_enable || read.message_count == 0 {
@@ -332,7 +336,7 @@ fn last_record_end(mut bytes: &[u8]) -> Option<u64> {
 /// The subscription to filter by: from the request when it carries one (lite pull), else from
 /// the group's last heartbeat (push consumers), as Java brokers do, with their codes.
 fn filter_for(
-    broker: &Broker,
+    broker: Pulling<'_>,
     header: &PullMessageRequestHeader,
 ) -> Result<MessageFilter, Refusal> {
     let filter = if header.sys_flag & pull_sys_flag::SUBSCRIPTION != 0 {
@@ -374,7 +378,7 @@ fn filter_for(
 /// RocketMQ serves SQL92 subscriptions only with `enablePropertyFilter`, and refuses them
 /// with SYSTEM_ERROR otherwise.
 pub(super) fn property_filter_enabled(
-    broker: &Broker,
+    broker: Pulling<'_>,
     filter: &MessageFilter,
 ) -> Result<(), Refusal> {
     if filter.is_sql() && !broker.config.enable_property_filter {

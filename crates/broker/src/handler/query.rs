@@ -13,7 +13,7 @@ use super::{answer, Call, Handled, Refusal};
 const QUERY_MESSAGES_MAX: i32 = 64;
 
 pub fn by_key(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = QueryMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     let max = header.max_num.clamp(1, QUERY_MESSAGES_MAX) as usize;
     let end_ms = if header.end_timestamp <= 0 {
@@ -53,7 +53,7 @@ pub fn by_key(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn by_position(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = ViewMessageRequestHeader::from_ext(ext_or_err(request)?)?;
     let position = u64::try_from(header.offset).map_err(|_| {
         Refusal::new(

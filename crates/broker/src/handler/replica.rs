@@ -21,7 +21,7 @@ use quiver_wire::{Command, ExtFields, TimerCheckpoint};
 use super::{answer, Call, Handled};
 
 pub fn all_topic_config(call: &Call, request: &Command) -> Handled {
-    let topics = call.broker.topics.snapshot();
+    let topics = call.broker.administering().topics.snapshot();
     let total = topics.topic_config_table.len();
     let wrapper = TopicConfigAndMappingSerializeWrapper {
         data_version: topics.data_version,
@@ -29,7 +29,7 @@ pub fn all_topic_config(call: &Call, request: &Command) -> Handled {
         // runs. It must still be the same from one answer to the next: a RocketMQ slave whose
         // mapping version differs from this one replaces its topic table again on every copy.
         mapping_data_version: DataVersion {
-            timestamp: call.broker.started_ms,
+            timestamp: call.broker.administering().started_ms,
             ..DataVersion::default()
         },
         topic_config_table: topics.topic_config_table,
@@ -49,7 +49,7 @@ pub fn all_topic_config(call: &Call, request: &Command) -> Handled {
 /// offsets; a RocketMQ slave only copies the one it is given (and fails the copy on a missing
 /// one), so the answer's time stands in for it.
 pub fn all_consumer_offset(call: &Call, request: &Command) -> Handled {
-    let offset_table = call.broker.offsets.snapshot();
+    let offset_table = call.broker.administering().offsets.snapshot();
     let mut group_topic_map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (topic, group) in offset_table.keys().filter_map(|key| key.split_once('@')) {
         group_topic_map
@@ -77,7 +77,7 @@ pub fn all_consumer_offset(call: &Call, request: &Command) -> Handled {
 pub fn all_delay_offset(call: &Call, request: &Command) -> Handled {
     let wrapper = DelayOffsetSerializeWrapper {
         data_version: None,
-        offset_table: call.broker.delay_offsets.snapshot(),
+        offset_table: call.broker.administering().delay_offsets.snapshot(),
     };
     answer(
         request
@@ -92,6 +92,7 @@ pub fn all_delay_offset(call: &Call, request: &Command) -> Handled {
 pub fn timer_check_point(call: &Call, request: &Command) -> Handled {
     let progress = *call
         .broker
+        .administering()
         .counters
         .timer_progress
         .lock()
@@ -122,7 +123,7 @@ pub fn timer_check_point(call: &Call, request: &Command) -> Handled {
 
 /// The subscription-group table (`groups.rs`), whole, as a RocketMQ slave copies it.
 pub fn all_subscription_group(call: &Call, request: &Command) -> Handled {
-    let wrapper = call.broker.groups.snapshot();
+    let wrapper = call.broker.administering().groups.snapshot();
     let total = wrapper.subscription_group_table.len();
     let ext = ExtFields::new().with("totalGroupNum", total);
     answer(

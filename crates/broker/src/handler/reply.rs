@@ -32,7 +32,7 @@ pub fn reply(call: &Call, request: &Command) -> Handled {
     let header = prepared.header.clone();
     let target = requester(call, &header.properties);
     let push = push_request(call, request, header);
-    if !call.broker.config.store_reply_message_enable {
+    if !call.broker.sending().config.store_reply_message_enable {
         let response = request.response_to(response_code::SUCCESS);
         return Ok(Reply::Wait(Box::pin(async move {
             let pushed = match target {
@@ -78,6 +78,7 @@ fn requester(call: &Call, properties: &str) -> Result<Connection, String> {
         ));
     };
     call.broker
+        .sending()
         .clients
         .connection_of(client_id)
         .ok_or_else(|| format!("push reply message fail, channel of <{client_id}> not found."))
@@ -102,7 +103,7 @@ fn push_request(
     let header = ReplyMessageHeader {
         send,
         born_host: host_port(call.connection.peer),
-        store_host: host_port(call.broker.store_host),
+        store_host: host_port(call.broker.sending().store_host),
         store_timestamp: call.now_ms,
     };
     Command::request(request_code::PUSH_REPLY_MESSAGE_TO_CLIENT, Encoding::Json)

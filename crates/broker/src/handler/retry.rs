@@ -10,7 +10,7 @@ use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::Command;
 
 use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
-use crate::state::Broker;
+use crate::state::Sending;
 use crate::topic::{topic_config, DLQ_PREFIX, RETRY_PREFIX};
 use crate::{delay, stored};
 
@@ -37,7 +37,7 @@ pub fn send_back(call: &Call, request: &Command) -> Handled {
 }
 
 fn prepare(call: &Call, request: &Command) -> Result<(Record, String), Refusal> {
-    let broker = call.broker;
+    let broker = call.broker.sending();
     let header = ConsumerSendMsgBackRequestHeader::from_ext(ext_or_err(request)?)?;
     // As a send; the Java consumer then sends the retry through its producer instead.
     broker_writable(broker)?;
@@ -107,7 +107,7 @@ fn prepare(call: &Call, request: &Command) -> Result<(Record, String), Refusal> 
 
 /// Retry and dead-letter topics have one queue, readable and writable, and are made on demand;
 /// one an operator closed to writes refuses the copy.
-fn ensure_topic(broker: &Broker, topic: &str) -> Result<(), Refusal> {
+fn ensure_topic(broker: Sending<'_>, topic: &str) -> Result<(), Refusal> {
     match broker.topics.create_if_absent(topic_config(topic, 1, 6)) {
         Ok(true) => broker.topics_changed(),
         Ok(false) => {}

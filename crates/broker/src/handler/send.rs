@@ -17,7 +17,7 @@ use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
 use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
-use crate::state::Broker;
+use crate::state::{Broker, Sending};
 use crate::topic::{
     topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
     PERM_INHERIT, RETRY_PREFIX,
@@ -71,7 +71,13 @@ pub(super) fn write(
     Reply::Append {
         records,
         answer: Box::new(move |result| {
-            finish(respond(&broker, response, result, queue_id, first_uniq_key))
+            finish(respond(
+                broker.sending(),
+                response,
+                result,
+                queue_id,
+                first_uniq_key,
+            ))
         }),
     }
 }
@@ -89,7 +95,7 @@ pub(super) struct Prepared {
 /// Checks a send (SEND_REPLY_MESSAGE and its V2 alike) as RocketMQ's send processor does,
 /// creates its topic when RocketMQ would, and builds its records.
 pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusal> {
-    let broker = call.broker;
+    let broker = call.broker.sending();
     let ext = ext_or_err(request)?;
     let long_names = matches!(
         request.code,
@@ -147,7 +153,7 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
 
 /// The broker takes sends, the topic is one a client may send to, and the body fits.
 fn check_destination(
-    broker: &Broker,
+    broker: Sending<'_>,
     header: &SendMessageHeader,
     body_bytes: usize,
 ) -> Result<(), Refusal> {
@@ -187,7 +193,7 @@ fn check_half(topic: &str, half: bool, batch: bool, memory: bool) -> Result<(), 
 
 /// The queue the send names, or one the broker picks when it names none.
 fn target_queue(
-    broker: &Broker,
+    broker: Sending<'_>,
     header: &SendMessageHeader,
     shape: &crate::topic::TopicShape,
 ) -> Result<i32, Refusal> {
@@ -283,7 +289,7 @@ fn redirect_exhausted_retry(header: &mut SendMessageHeader) -> bool {
 /// a dead-letter topic when this send was redirected to it, others from the producer's default
 /// topic (TBW102) when auto-create is on.
 fn topic_shape(
-    broker: &Broker,
+    broker: Sending<'_>,
     header: &SendMessageHeader,
     dead_lettered: bool,
 ) -> Result<TopicShape, Refusal> {
@@ -325,7 +331,7 @@ fn topic_shape(
 }
 
 struct RecordBuilder<'a> {
-    broker: &'a Broker,
+    broker: Sending<'a>,
     header: &'a SendMessageHeader,
     queue_id: i32,
     born_host: std::net::SocketAddr,
@@ -485,7 +491,7 @@ impl RecordBuilder<'_> {
 }
 
 fn respond(
-    broker: &Broker,
+    broker: Sending<'_>,
     mut response: Command,
     result: Result<AppendOutcome, AppendError>,
     queue_id: i32,

@@ -12,7 +12,7 @@ use quiver_wire::stats::{ConsumeStats, OffsetWrapper, TopicOffset, TopicStatsTab
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
-use crate::state::Broker;
+use crate::state::Administering;
 
 fn topic_missing(topic: &str) -> Refusal {
     Refusal::new(
@@ -22,7 +22,7 @@ fn topic_missing(topic: &str) -> Refusal {
 }
 
 /// Store time of the message at `offset`, 0 when it cannot be read.
-fn store_time_at(broker: &Broker, topic: &str, queue_id: u32, offset: u64) -> i64 {
+fn store_time_at(broker: Administering<'_>, topic: &str, queue_id: u32, offset: u64) -> i64 {
     let read = broker
         .store
         .read(topic, queue_id, offset, 1, 1 << 20, &|_| true);
@@ -34,7 +34,7 @@ fn store_time_at(broker: &Broker, topic: &str, queue_id: u32, offset: u64) -> i6
     }
 }
 
-fn message_queue(broker: &Broker, topic: &str, queue_id: i32) -> MessageQueue {
+fn message_queue(broker: Administering<'_>, topic: &str, queue_id: i32) -> MessageQueue {
     MessageQueue {
         topic: topic.to_string(),
         broker_name: broker.config.broker_name.clone(),
@@ -43,7 +43,7 @@ fn message_queue(broker: &Broker, topic: &str, queue_id: i32) -> MessageQueue {
 }
 
 pub fn topic_stats(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = TopicHeader::from_ext(ext_or_err(request)?)?;
     let shape = broker
         .topics
@@ -74,7 +74,7 @@ pub fn topic_stats(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn consume_stats(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = GetConsumeStatsRequestHeader::from_ext(ext_or_err(request)?)?;
     let committed = broker.offsets.of_group(&header.consumer_group);
     let topics: BTreeSet<String> = match header.topic.as_deref().filter(|t| !t.is_empty()) {
@@ -117,7 +117,7 @@ pub fn consume_stats(call: &Call, request: &Command) -> Handled {
 }
 
 pub fn topic_config(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.administering();
     let header = TopicHeader::from_ext(ext_or_err(request)?)?;
     let config = broker
         .topics

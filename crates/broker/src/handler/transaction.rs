@@ -10,11 +10,11 @@ use quiver_wire::message::{property, sys_flag, StoredMessage};
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal, Reply};
-use crate::state::Broker;
+use crate::state::Sending;
 use crate::transaction::{self, HALF_TOPIC, OP_TOPIC};
 
 pub fn end_transaction(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker;
+    let broker = call.broker.sending();
     if broker.replication.is_slave() {
         return Err(Refusal::new(
             response_code::SLAVE_NOT_AVAILABLE,
@@ -61,17 +61,19 @@ pub fn end_transaction(call: &Call, request: &Command) -> Handled {
             return Err(Refusal::new(response_code::SYSTEM_ERROR, error));
         }
     }
-    let owner = broker.clone();
+    let owner = call.broker.clone();
     let response = request.response_to(response_code::SUCCESS);
     Ok(Reply::Append {
         records,
-        answer: Box::new(move |result| settle(&owner, half_offset, commit, response, result)),
+        answer: Box::new(move |result| {
+            settle(owner.sending(), half_offset, commit, response, result)
+        }),
     })
 }
 
 /// The half message the header names, checked as RocketMQ's `checkPrepareMessage` checks it.
 fn half_message(
-    broker: &Broker,
+    broker: Sending<'_>,
     header: &EndTransactionRequestHeader,
 ) -> Result<StoredMessage, Refusal> {
     let not_found = || {
@@ -111,7 +113,7 @@ fn half_message(
 /// A producer that set CHECK_IMMUNITY_TIME_IN_SECONDS and decides on its own after that time
 /// is refused with ILLEGAL_OPERATION, as in RocketMQ: by then the decision belongs to the check.
 fn reject_late_decision(
-    broker: &Broker,
+    broker: Sending<'_>,
     header: &EndTransactionRequestHeader,
     half: &StoredMessage,
     now_ms: i64,
@@ -140,7 +142,7 @@ fn reject_late_decision(
 /// Records the decision once the store has it (or frees the half for another decision) and
 /// answers.
 fn settle(
-    broker: &Broker,
+    broker: Sending<'_>,
     half_offset: u64,
     commit: bool,
     mut response: Command,

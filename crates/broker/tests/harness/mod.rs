@@ -64,8 +64,8 @@ impl Harness {
     /// broker over them, as a restart does.
     pub fn reopen(self, edit: impl FnOnce(&std::path::Path)) -> Harness {
         let Harness { broker, _dir, .. } = self;
-        broker.store.close().expect("the store closes");
-        let config = broker.config.clone();
+        let config = broker.lifecycle().config.clone();
+        broker.lifecycle().store.close().expect("the store closes");
         drop(broker);
         edit(&config.store_root);
         let (persisted, _) = Persisted::open(&config, START_MS).expect("state reopens");
@@ -170,7 +170,7 @@ pub async fn finish(broker: &Broker, reply: Reply) -> Command {
                     let _ = done.send(answer(result));
                 }),
             };
-            drop(broker.store.append(vec![append]));
+            drop(broker.serving().store.append(vec![append]));
             completed
                 .recv_timeout(APPEND_WAIT)
                 .expect("the store completes an append")

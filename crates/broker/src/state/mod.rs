@@ -1,7 +1,9 @@
 //! The broker's state: `Broker` bundles the owners of each piece of it (store, topics, offsets,
-//! clients, parked pulls, queue locks, delay offsets); each part does its own locking. Handlers
-//! and the background tasks use it; it knows nothing of sockets, tasks or start-up
-//! (`start.rs`), and it takes the time as a value.
+//! clients, parked pulls, queue locks, delay offsets); each part does its own locking. Its
+//! fields are private: each handler family and each task reaches the parts it uses through a
+//! view (`views.rs`), so what a family touches is written in one place and a new reach across
+//! families shows up there, not in a field access in a handler. It knows nothing of sockets,
+//! tasks or start-up (`start.rs`), and it takes the time as a value.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -24,6 +26,12 @@ use crate::offsets::ConsumerOffsets;
 use crate::pop::PopState;
 use crate::topic::{TopicError, TopicTable};
 use crate::transaction::Transactions;
+
+mod views;
+pub use views::{
+    Administering, Background, Lifecycle, Membership, Popping, Pulling, Registering, Replicating,
+    Sending, Serving,
+};
 
 /// Parked pulls at once; each holds a small task and a 15 s timer.
 const PARKED_PULLS_MAX: usize = 100_000;
@@ -145,31 +153,32 @@ impl LiveConfig {
     }
 }
 
+/// Every field is private: the views in `views.rs` hand them out by family.
 pub struct Broker {
-    pub config: BrokerConfig,
+    config: BrokerConfig,
     /// What of `config` can change at run time, as it is now.
-    pub live: LiveConfig,
-    pub store: Store,
-    pub topics: TopicTable,
-    pub offsets: ConsumerOffsets,
+    live: LiveConfig,
+    store: Store,
+    topics: TopicTable,
+    offsets: ConsumerOffsets,
     /// Consumer groups' settings (`subscriptionGroup.json`).
-    pub groups: SubscriptionGroups,
-    pub clients: ClientTable,
-    pub waiters: Arc<PullWaiters>,
-    pub locks: QueueLocks,
-    pub delay_offsets: DelayOffsets,
+    groups: SubscriptionGroups,
+    clients: ClientTable,
+    waiters: Arc<PullWaiters>,
+    locks: QueueLocks,
+    delay_offsets: DelayOffsets,
     /// Pop consumption: modes, cursors and messages in flight.
-    pub pop: PopState,
+    pop: PopState,
     /// Half messages' decisions and the transaction check's progress.
-    pub transactions: Transactions,
+    transactions: Transactions,
     /// The address written into records and message ids: reachable `brokerIP1:port`.
-    pub store_host: SocketAddr,
+    store_host: SocketAddr,
     /// Where slaves reach this broker's HA port (registered as `haServerAddr`).
-    pub ha_host: SocketAddr,
+    ha_host: SocketAddr,
     /// Master/slave replication: what a SYNC_MASTER's sends wait for, a slave's master.
-    pub replication: Arc<Replication>,
-    pub counters: Counters,
-    pub started_ms: i64,
+    replication: Arc<Replication>,
+    counters: Counters,
+    started_ms: i64,
     register_now: Notify,
     next_queue: AtomicU32,
     next_uniq: AtomicU32,
@@ -435,35 +444,40 @@ impl Broker {
         }
     }
 
+    /// Where slaves reach this broker's HA port, for the process that starts a slave beside it.
+    pub fn ha_host(&self) -> SocketAddr {
+        self.ha_host
+    }
+
     /// Round-robin queue choice for sends that leave it to the broker.
-    pub fn pick_queue(&self, queues: i32) -> i32 {
+    fn pick_queue(&self, queues: i32) -> i32 {
         (self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.max(1) as u32) as i32
     }
 
     /// A UNIQ_KEY for messages whose producer did not set one.
-    pub fn new_uniq_id(&self, now_ms: i64) -> String {
+    fn new_uniq_id(&self, now_ms: i64) -> String {
         let counter = self.next_uniq.fetch_add(1, Ordering::Relaxed);
         quiver_wire::message::new_uniq_id(self.store_host.ip(), counter, now_ms)
     }
 
     /// Asks the registration task to register with the name servers now (a topic changed).
-    pub fn topics_changed(&self) {
+    fn topics_changed(&self) {
         self.register_now.notify_one();
     }
 
     /// Completes when a topic changed since the last call (see `topics_changed`).
-    pub async fn topics_changed_since(&self) {
+    async fn topics_changed_since(&self) {
         self.register_now.notified().await
     }
 
-    pub fn connection_closed(&self, connection: &Connection) {
+    fn connection_closed(&self, connection: &Connection) {
         for group in self.clients.connection_closed(connection.id) {
             self.notify_consumers_changed(&group);
         }
     }
 
     /// Tells every member of a group to rebalance now instead of at its next 20 s timer.
-    pub fn notify_consumers_changed(&self, group: &str) {
+    fn notify_consumers_changed(&self, group: &str) {
         for connection in self.clients.consumer_connections(group) {
             let ext = ExtFields::new().with("consumerGroup", group);
             connection.send_oneway_request(
