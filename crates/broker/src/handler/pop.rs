@@ -107,23 +107,28 @@ pub fn pop(call: &Call, request: &Command) -> Handled {
     }
     let owner = call.broker.clone();
     let response = request.response_to(response_code::SUCCESS);
+    let called_ms = call.now_ms;
     Ok(Reply::Wait(Box::pin(async move {
-        poll(owner, response, header, queues, filter).await
+        poll(owner, response, header, (queues, filter), called_ms).await
     })))
 }
 
 /// Waits for a message on any of the queues (or the retry topic) until the poll time runs out,
-/// and pops again after each arrival.
+/// and pops again after each arrival. The time of each pop is the request's (`called_ms`) plus
+/// how long it has waited on the runtime's clock: no wall clock is read here, and a test that
+/// pauses the runtime's clock controls both.
 async fn poll(
     owner: Arc<Broker>,
     response: Command,
     header: PopMessageRequestHeader,
-    queues: Vec<i32>,
-    filter: MessageFilter,
+    (queues, filter): (Vec<i32>, MessageFilter),
+    called_ms: i64,
 ) -> Command {
     let broker = owner.popping();
     let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
-    let deadline = tokio::time::Instant::now() + hold;
+    let started = tokio::time::Instant::now();
+    let deadline = started + hold;
+    let now_ms = || called_ms.saturating_add(started.elapsed().as_millis() as i64);
     let retry = retry_topic(&header.consumer_group, &header.topic);
     let _polling = broker.pop.polling(&header.topic, &header.consumer_group);
     loop {
@@ -137,7 +142,7 @@ async fn poll(
         }
         let retry_end = broker.store.bounds(&retry, 0).max_offset;
         wakes.extend(broker.waiters.park(&retry, 0, retry_end));
-        let now = crate::clock::now_ms();
+        let now = now_ms();
         let found = pop_once(broker, &header, &queues, &filter, now);
         if found.count > 0 || tokio::time::Instant::now() >= deadline {
             return pop_response(response, &header, found, now, broker.pop.limits);
@@ -146,8 +151,9 @@ async fn poll(
             _ = any_arrival(&mut wakes) => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = broker.waiters.until_closed() => {
-                let found = pop_once(broker, &header, &queues, &filter, crate::clock::now_ms());
-                return pop_response(response, &header, found, crate::clock::now_ms(), broker.pop.limits);
+                let now = now_ms();
+                let found = pop_once(broker, &header, &queues, &filter, now);
+                return pop_response(response, &header, found, now, broker.pop.limits);
             }
         }
     }
