@@ -34,6 +34,6 @@ pub mod timer;
 pub mod topic;
 pub mod transaction;
 
-pub use config::{BrokerConfig, BrokerRole, ConfigError, UnknownKey};
+pub use config::{BrokerConfig, BrokerRole, ConfigError, LiveKey, UnknownKey};
 pub use start::{start, RunningBroker, StartError};
 pub use state::{Broker, Persisted, StateError};

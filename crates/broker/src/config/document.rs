@@ -134,7 +134,14 @@ fn row(key: &Key) -> String {
     };
     // A `|` would end the table cell.
     let cell = |text: &str| text.replace('|', "\\|");
-    format!("| {} | {} | {} |\n", names, cell(&default), cell(key.doc))
+    let doc = match key.live {
+        Some(_) => format!(
+            "{} Changes at run time (`mqadmin updateBrokerConfig`).",
+            key.doc
+        ),
+        None => key.doc.to_string(),
+    };
+    format!("| {} | {} | {} |\n", names, cell(&default), cell(&doc))
 }
 
 #[cfg(test)]

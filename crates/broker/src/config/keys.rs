@@ -11,7 +11,7 @@
 use quiver_store::{FlushMode, StoreConfig};
 
 use super::field::Field;
-use super::{BrokerConfig, BrokerRole, ConfigError};
+use super::{BrokerConfig, BrokerRole, ConfigError, LiveKey};
 
 // `group`, `default`, `follows` and `doc` are read by the document and the tests, which only
 // tests build.
@@ -29,8 +29,18 @@ pub(super) struct Key {
     /// printed value is the one in effect, so reading the printed line back sets the key.
     pub(super) follows: Option<&'static str>,
     pub(super) doc: &'static str,
+    /// A key `mqadmin updateBrokerConfig` changes while the broker runs; the others are read
+    /// only at start.
+    pub(super) live: Option<LiveKey>,
     pub(super) read: fn(&mut Reading<'_>, &Field<'_>) -> Result<(), ConfigError>,
     pub(super) print: fn(&Printing<'_>) -> String,
+}
+
+/// The names of the keys that change while the broker runs.
+pub(super) fn live_names() -> impl Iterator<Item = &'static str> {
+    KEYS.iter()
+        .filter(|key| key.live.is_some())
+        .map(|key| key.name)
 }
 
 /// The key spelled `name`, under its own name or an alias.
@@ -178,6 +188,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "DefaultCluster",
         follows: None,
         doc: "The cluster the broker registers in.",
+        live: None,
         read: |reading, field| field.name().map(|name| reading.config.cluster_name = name),
         print: |printing| printing.config.cluster_name.clone(),
     },
@@ -188,6 +199,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "broker-a",
         follows: None,
         doc: "The broker's name; a master and its slaves share it.",
+        live: None,
         read: |reading, field| field.name().map(|name| reading.config.broker_name = name),
         print: |printing| printing.config.broker_name.clone(),
     },
@@ -198,6 +210,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "0",
         follows: None,
         doc: "0 for a master, above 0 for a slave.",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 1_000_000)
@@ -212,6 +225,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "",
         follows: None,
         doc: "The name servers to register with, `;`-separated (`host:port;host:port`).",
+        live: None,
         read: |reading, field| {
             let addresses = field.value.split(';').map(str::trim);
             let addresses = addresses.filter(|address| !address.is_empty());
@@ -227,6 +241,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "127.0.0.1",
         follows: None,
         doc: "The address put in routes and message ids: clients must be able to reach it.",
+        live: None,
         read: |reading, field| field.ip().map(|ip| reading.config.broker_ip = ip),
         print: |printing| printing.config.broker_ip.to_string(),
     },
@@ -238,6 +253,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: Some("`brokerIP1`"),
         doc: "Where the broker listens (`0.0.0.0`: every interface); by default only on \
               `brokerIP1`, so nothing listens beyond it by accident.",
+        live: None,
         read: |reading, field| field.ip().map(|ip| reading.config.bind_ip = Some(ip)),
         print: |printing| printing.config.bind_addr().ip().to_string(),
     },
@@ -249,6 +265,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "The broker's port; `0` picks a free one, and GET_BROKER_CONFIG then answers the \
               port bound.",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 65_535)
@@ -268,6 +285,7 @@ pub(super) static KEYS: &[Key] = &[
               at once when none is connected or the one connected is more than 256 MiB \
               behind; the message is stored either way); a `SLAVE` follows its master, refuses \
               sends with SERVICE_NOT_AVAILABLE and serves pulls, queries and admin reads.",
+        live: None,
         read: |reading, field| field.one_of(&ROLES).map(|role| reading.config.role = role),
         print: |printing| text_of(&ROLES, &printing.config.role),
     },
@@ -279,6 +297,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: Some("`listenPort` + 1"),
         doc: "A master's HA port for its slaves; `0` picks a free one, as does `listenPort=0`; \
               the name server hands the real one to slaves.",
+        live: None,
         read: |reading, field| {
             let port = field.number(0, 65_535)?;
             reading.config.ha_listen_port = Some(port);
@@ -298,6 +317,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "A slave's master HA address (`host:port`); without it the slave uses the one its \
               name server gives at registration.",
+        live: None,
         read: |reading, field| {
             let address = Some(field.value.trim().to_string());
             reading.config.ha_master_addr = address.filter(|address| !address.is_empty());
@@ -313,6 +333,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "How long a SYNC_MASTER send waits for a slave's confirmation (ms) before it is \
               answered FLUSH_SLAVE_TIMEOUT.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 3_600_000)
@@ -328,6 +349,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "RocketMQ 5's count of replicas: accepted and checked; SYNC_MASTER waits for one \
               slave whatever it says.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 16)
@@ -344,6 +366,7 @@ pub(super) static KEYS: &[Key] = &[
         doc: "With it, a pull further behind the log's end than `accessMessageInMemoryMaxRatio` \
               is answered with `suggestWhichBrokerId=1`, and the Java client pulls from the \
               slave next, as with RocketMQ; without it, always the master.",
+        live: None,
         read: |reading, field| {
             field
                 .boolean()
@@ -359,6 +382,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "How far behind the log's end a pull may be, in percent of the machine's memory, \
               before `slaveReadEnable` sends it to a slave.",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 100)
@@ -374,6 +398,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "RocketMQ 5's replicas a send waits for: accepted and checked; SYNC_MASTER waits \
               for one slave whatever it says.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 16)
@@ -389,6 +414,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "RocketMQ 5's fewest replicas a send may wait for: accepted and checked; \
               SYNC_MASTER waits for one slave whatever it says.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 16)
@@ -403,6 +429,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "6",
         follows: None,
         doc: "What clients may do on the broker's topics: 2 = write, 4 = read (6: both).",
+        live: Some(LiveKey::BrokerPermission),
         read: |reading, field| {
             field
                 .number(0, 15)
@@ -418,6 +445,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "The queues of `TBW102` (set again at each start), so the most an auto-created \
               topic gets; also the queues of topics `nonPersistentTopics` creates.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 1024)
@@ -433,6 +461,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "Topics are created on first send from `TBW102`; a new topic gets the producer's \
               queue count (4 by default) up to `defaultTopicQueueNums`.",
+        live: Some(LiveKey::AutoCreateTopic),
         read: |reading, field| {
             field
                 .boolean()
@@ -450,6 +479,7 @@ pub(super) static KEYS: &[Key] = &[
               and cannot be reshaped by `updateTopic`; without it, a client's first trace \
               record creates the topic from `TBW102` like any other (auto-create on), as \
               RocketMQ does.",
+        live: None,
         read: |reading, field| {
             field
                 .boolean()
@@ -464,6 +494,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "RMQ_SYS_TRACE_TOPIC",
         follows: None,
         doc: "The message-trace topic.",
+        live: None,
         read: |reading, field| {
             field
                 .topic(field.value, "a topic name")
@@ -480,6 +511,7 @@ pub(super) static KEYS: &[Key] = &[
         doc: "Replies to `producer.request` are stored in `<brokerClusterName>_REPLY_TOPIC` \
               (created at start, 1 queue) as well as pushed to the requesting client; with \
               `false` only pushed.",
+        live: None,
         read: |reading, field| {
             field
                 .boolean()
@@ -496,6 +528,7 @@ pub(super) static KEYS: &[Key] = &[
         doc: "Consumer groups are created on first use (heartbeat, pull, pop, offset commit); \
               with `false`, only groups made with `mqadmin updateSubGroup` consume, others get \
               SUBSCRIPTION_GROUP_NOT_EXIST.",
+        live: Some(LiveKey::AutoCreateSubscriptionGroup),
         read: |reading, field| {
             field
                 .boolean()
@@ -512,6 +545,7 @@ pub(super) static KEYS: &[Key] = &[
         doc: "How `mqadmin resetOffsetByTime` works: the broker changes the offsets and moves \
               consumers at their next pull, and pop groups' cursors at once (RocketMQ 5); with \
               `false` it tells running consumers to move (RocketMQ 4).",
+        live: None,
         read: |reading, field| {
             field
                 .boolean()
@@ -526,6 +560,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "4194304",
         follows: None,
         doc: "The largest body a send may carry (bytes; 4 MiB); bigger ones get MESSAGE_ILLEGAL.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 1024 * 1024 * 1024)
@@ -541,6 +576,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "`ASYNC_FLUSH` answers a send once it is written and flushes in the background; \
               `SYNC_FLUSH` answers once an fsync covers it (one fsync covers every send waiting).",
+        live: None,
         read: |reading, field| {
             field
                 .one_of(&FLUSH_TYPES)
@@ -555,6 +591,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "500",
         follows: None,
         doc: "With ASYNC_FLUSH, how often the flusher wakes (ms).",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 3_600_000)
@@ -570,6 +607,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "With ASYNC_FLUSH, the fewest unflushed 4 KiB pages worth an fsync when the \
               flusher wakes; every 10 s it flushes whatever there is.",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 1_000_000)
@@ -585,6 +623,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "With SYNC_FLUSH, how long a send waits for its fsync (ms) before it is answered \
               FLUSH_DISK_TIMEOUT (the message is written either way).",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 3_600_000)
@@ -599,6 +638,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "store",
         follows: None,
         doc: "The folder of the store, and of the broker's own files under `config/`.",
+        live: None,
         read: |reading, field| field.path().map(|path| reading.config.store_root = path),
         print: |printing| Printing::path(&printing.config.store_root),
     },
@@ -609,6 +649,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "store/commitlog",
         follows: Some("`storePathRootDir`/commitlog"),
         doc: "The CommitLog's segments.",
+        live: None,
         read: |reading, field| {
             field
                 .path()
@@ -623,6 +664,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "store/consumequeue",
         follows: Some("`storePathRootDir`/consumequeue"),
         doc: "The ConsumeQueues, a folder per topic.",
+        live: None,
         read: |reading, field| {
             field
                 .path()
@@ -637,6 +679,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "store/index",
         follows: Some("`storePathRootDir`/index"),
         doc: "The key index files.",
+        live: None,
         read: |reading, field| {
             field
                 .path()
@@ -651,6 +694,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "store/checkpoint",
         follows: Some("`storePathRootDir`/checkpoint"),
         doc: "The checkpoint file: how far the CommitLog, ConsumeQueues and index were on disk.",
+        live: None,
         read: |reading, field| {
             field
                 .path()
@@ -666,6 +710,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: Some("`storePathRootDir`/abort"),
         doc: "The file present while the broker runs; found at start, it means the last run \
               did not stop cleanly.",
+        live: None,
         read: |reading, field| {
             field
                 .path()
@@ -680,6 +725,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "1073741824",
         follows: None,
         doc: "A CommitLog segment's size (bytes; 1 GiB).",
+        live: None,
         read: |reading, field| {
             // Offsets within a segment are i32 on the wire and in the ConsumeQueue.
             let bytes = field.number(4096, i32::MAX as u64)?;
@@ -695,6 +741,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "6000000",
         follows: None,
         doc: "A ConsumeQueue file's size (bytes), rounded up to whole 20-byte entries.",
+        live: None,
         read: |reading, field| {
             // The most is 1 GiB of entries rounded up, so that every size printed reads back.
             let most = (1024 * 1024 * 1024_u64).div_ceil(CONSUME_QUEUE_ENTRY_BYTES)
@@ -716,6 +763,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "5000000",
         follows: None,
         doc: "A key index file's hash slots.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 100_000_000)
@@ -730,6 +778,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "20000000",
         follows: None,
         doc: "A key index file's entries; a full file is followed by a new one.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 400_000_000)
@@ -745,6 +794,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "How often the broker registers its topics with every name server (ms); it \
               registers at once when a topic is created.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1_000, 60_000)
@@ -760,6 +810,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "Hours of the local day at which expired segments are deleted, `;`-separated \
               (`04;16`).",
+        live: None,
         read: |reading, field| {
             field
                 .delete_when()
@@ -774,6 +825,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "72",
         follows: None,
         doc: "How long a sealed segment is kept (hours).",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 1_000_000)
@@ -788,6 +840,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "75",
         follows: None,
         doc: "Disk use (percent) past which expired segments go at any hour.",
+        live: None,
         read: |reading, field| {
             field
                 .number(10, 95)
@@ -803,6 +856,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "The delay levels of DELAY sends and consumer retries: level n waits the nth \
               duration (`s`, `m`, `h`, `d`).",
+        live: None,
         read: |reading, field| {
             let levels = super::delay_levels::parse_levels(field.value);
             reading.config.delay_levels_ms = levels.map_err(|allowed| field.invalid(allowed))?;
@@ -818,6 +872,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "RocketMQ 5 timer messages are delivered at their time; with `false` they are \
               refused (MESSAGE_ILLEGAL), as RocketMQ does.",
+        live: None,
         read: |reading, field| {
             field
                 .boolean()
@@ -833,6 +888,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "How far ahead a timer message may be due (s; 3 days); one further ahead is \
               refused with MESSAGE_ILLEGAL.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 10 * 365 * 86_400)
@@ -848,6 +904,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "Messages a group may hold popped and unacknowledged per queue; past that, a pop \
               that finds nothing else is answered POLLING_FULL with the reason.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 10_000_000)
@@ -863,6 +920,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "Messages a group may hold popped and unacknowledged in all its queues; past that, \
               as per queue.",
+        live: None,
         read: |reading, field| {
             field
                 .number(1, 100_000_000)
@@ -878,6 +936,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "Comma-separated topics made non-persistent at start (created with \
               `defaultTopicQueueNums` queues when missing).",
+        live: None,
         read: |reading, field| {
             let names = field.value.split(',').map(str::trim);
             let topics = names
@@ -896,6 +955,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "A half message undecided this long (ms, from its born time; longer when it \
               carries `CHECK_IMMUNITY_TIME_IN_SECONDS`) is checked with its producer.",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 30 * 86_400_000)
@@ -910,6 +970,7 @@ pub(super) static KEYS: &[Key] = &[
         default: "30000",
         follows: None,
         doc: "How often undecided half messages are checked (ms).",
+        live: None,
         read: |reading, field| {
             field
                 .number(100, 86_400_000)
@@ -925,6 +986,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "Checks of a half message before it moves to `TRANS_CHECK_MAX_TIME_TOPIC`; check \
               counts are kept in memory, so a restart counts anew.",
+        live: None,
         read: |reading, field| {
             field
                 .number(0, 10_000)
@@ -940,6 +1002,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "The most a non-persistent queue's ring holds (bytes; 16 MiB); a full ring drops \
               its oldest messages.",
+        live: None,
         read: |reading, field| {
             field
                 .number(64 * 1024, 1 << 40)
@@ -955,6 +1018,7 @@ pub(super) static KEYS: &[Key] = &[
         follows: None,
         doc: "The most all rings hold together (bytes; 256 MiB): each queue holds at most its \
               share, split equally over the queues that hold messages.",
+        live: None,
         read: |reading, field| {
             field
                 .number(64 * 1024, 1 << 40)
@@ -971,6 +1035,7 @@ pub(super) static KEYS: &[Key] = &[
         doc: "SQL92 subscriptions (`MessageSelector.bySql`) are served; with `false` their \
               pulls and CHECK_CLIENT_CONFIG get SYSTEM_ERROR, as in RocketMQ (pops are served \
               either way, as RocketMQ serves them).",
+        live: None,
         read: |reading, field| {
             field
                 .boolean()

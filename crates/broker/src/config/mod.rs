@@ -60,6 +60,15 @@ impl Default for CheckConfig {
     }
 }
 
+/// The keys `mqadmin updateBrokerConfig` may change while the broker runs (`keys.rs` marks
+/// them); the others are read only at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveKey {
+    BrokerPermission,
+    AutoCreateTopic,
+    AutoCreateSubscriptionGroup,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
     pub cluster_name: String,

@@ -5,7 +5,7 @@
 
 use super::field::Field;
 use super::keys::{self, Printing, Reading, KEYS};
-use super::{BrokerConfig, ConfigError, UnknownKey};
+use super::{BrokerConfig, ConfigError, LiveKey, UnknownKey};
 
 impl BrokerConfig {
     /// The configuration in effect, as RocketMQ's keys and values, in the order of a broker.conf
@@ -49,6 +49,32 @@ impl BrokerConfig {
         }
         reading.finish();
         Ok(unknown)
+    }
+}
+
+impl BrokerConfig {
+    /// The live key spelled `name`, if it is one.
+    pub fn live_key(name: &str) -> Option<LiveKey> {
+        keys::find(name).and_then(|key| key.live)
+    }
+
+    /// The keys `text` sets, as the live keys they are; Err with the name of the first key that
+    /// changes only at start and the names of those that change at run time. Lines are split as
+    /// `apply_properties` splits them (which checks the values).
+    pub fn live_keys(text: &str) -> Result<Vec<LiveKey>, (String, Vec<&'static str>)> {
+        let mut live = Vec::new();
+        for raw in text.lines() {
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
+                continue;
+            }
+            let key = split_property(trimmed).map_or(trimmed, |(key, _)| key);
+            match keys::find(key).and_then(|known| known.live) {
+                Some(found) => live.push(found),
+                None => return Err((key.to_string(), keys::live_names().collect())),
+            }
+        }
+        Ok(live)
     }
 }
 

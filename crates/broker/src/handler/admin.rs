@@ -12,6 +12,7 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
+use crate::config::{BrokerConfig, LiveKey};
 use crate::state::Administering;
 use crate::topic::{
     is_system_topic, validate_topic_name, PERSISTENCE_ATTRIBUTE, PERSISTENCE_DISK,
@@ -293,7 +294,10 @@ pub fn broker_config(call: &Call, request: &Command) -> Handled {
         .config
         .properties(broker.store_host.port())
         .into_iter()
-        .map(|(key, value)| (key, live_value(broker, key).unwrap_or(value)))
+        .map(|(key, value)| {
+            let now = BrokerConfig::live_key(key).map(|live| live_value(broker, live));
+            (key, now.unwrap_or(value))
+        })
         .map(|(key, value)| format!("{key}={}\n", properties_escape(&value)))
         .collect();
     let version = format!(
@@ -309,24 +313,17 @@ pub fn broker_config(call: &Call, request: &Command) -> Handled {
 }
 
 /// The keys `mqadmin updateBrokerConfig` can change while the broker runs.
-const RUNTIME_KEYS: [&str; 3] = [
-    "brokerPermission",
-    "autoCreateTopicEnable",
-    "autoCreateSubscriptionGroup",
-];
-
-/// A runtime key's value as it is now.
-fn live_value(broker: Administering<'_>, key: &str) -> Option<String> {
+/// A live key's value as it is now.
+fn live_value(broker: Administering<'_>, key: LiveKey) -> String {
     match key {
-        "brokerPermission" => Some(broker.live.broker_permission().to_string()),
-        "autoCreateTopicEnable" => Some(broker.live.auto_create_topic().to_string()),
-        "autoCreateSubscriptionGroup" => Some(broker.groups.auto_create().to_string()),
-        _ => None,
+        LiveKey::BrokerPermission => broker.live.broker_permission().to_string(),
+        LiveKey::AutoCreateTopic => broker.live.auto_create_topic().to_string(),
+        LiveKey::AutoCreateSubscriptionGroup => broker.groups.auto_create().to_string(),
     }
 }
 
 /// UPDATE_BROKER_CONFIG (`mqadmin updateBrokerConfig -k KEY -v VALUE`): the body is
-/// `key=value` lines. The keys in `RUNTIME_KEYS` take effect at once; any other key is refused
+/// `key=value` lines. The live keys (`LiveKey`, marked in the key table) take effect at once; any other key is refused
 /// with the reason (it is read only at start: broker.conf is where it changes), rather than
 /// accepted and silently ignored. Values are checked as broker.conf's are. As with RocketMQ
 /// started from a config file, a change lasts until the broker restarts.
@@ -347,39 +344,31 @@ pub fn update_broker_config(call: &Call, request: &Command) -> Handled {
         let remark = format!("unknown broker config key {}", key.key);
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
     }
-    let keys: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('#') && !line.starts_with('!'))
-        .filter_map(|line| line.split(['=', ':']).next())
-        .map(str::trim)
-        .collect();
-    if let Some(fixed) = keys.iter().find(|key| !RUNTIME_KEYS.contains(key)) {
+    let keys = BrokerConfig::live_keys(text).map_err(|(fixed, live)| {
         let remark = format!(
             "{fixed} is read only at start: set it in broker.conf and restart the broker \
              (keys that change at run time: {})",
-            RUNTIME_KEYS.join(", ")
+            live.join(", ")
         );
-        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
-    }
+        Refusal::new(response_code::INVALID_PARAMETER, remark)
+    })?;
     for key in keys {
         match key {
-            "brokerPermission" => {
+            LiveKey::BrokerPermission => {
                 let perm = checked.broker_permission;
                 broker.live.broker_permission.store(perm, Ordering::Relaxed);
                 // Name servers learn the broker's state at its next registration: now.
                 broker.topics_changed();
             }
-            "autoCreateTopicEnable" => broker
+            LiveKey::AutoCreateTopic => broker
                 .live
                 .auto_create_topic
                 .store(checked.auto_create_topic, Ordering::Relaxed),
-            "autoCreateSubscriptionGroup" => broker
+            LiveKey::AutoCreateSubscriptionGroup => broker
                 .groups
                 .set_auto_create(checked.auto_create_subscription_group),
-            _ => unreachable!("only runtime keys get here"),
         }
-        tracing::info!(%key, value = ?live_value(broker, key), peer = %call.connection.peer, "broker config updated");
+        tracing::info!(?key, value = %live_value(broker, key), peer = %call.connection.peer, "broker config updated");
     }
     answer(request.response_to(response_code::SUCCESS))
 }
