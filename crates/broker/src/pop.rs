@@ -68,6 +68,9 @@ struct PopQueue {
     /// A pop is reading the queue between its reservation and its commit.
     #[serde(skip)]
     reading: bool,
+    /// Another pop found the queue reserved meanwhile (and may be waiting for it).
+    #[serde(skip)]
+    contended: bool,
 }
 
 impl PopQueue {
@@ -136,8 +139,13 @@ pub enum Claim {
     /// Another pop is reading the queue right now: this one leaves it alone, as RocketMQ's
     /// pop skips a queue whose lock it cannot take.
     Busy,
-    /// Messages handed out: their offsets, and the new low watermark to commit.
-    Taken { offsets: Vec<u64>, low: u64 },
+    /// Messages handed out: their offsets, the new low watermark to commit, and whether
+    /// another pop found the queue reserved meanwhile (it may be waiting to look again).
+    Taken {
+        offsets: Vec<u64>,
+        low: u64,
+        contended: bool,
+    },
 }
 
 /// The first step of a pop on a queue (`PopState::reserve`).
@@ -164,9 +172,16 @@ pub struct Reservation<'a> {
 
 impl Reservation<'_> {
     /// Hands out `offsets` (read from `cursor`; `next` is the offset after the last one
-    /// scanned), invisible until `now + invisible_ms`. Returns the queue's low watermark. A
-    /// cursor moved meanwhile (an admin reset) stays where the reset put it.
-    pub fn commit(mut self, offsets: &[u64], next: u64, now_ms: i64, invisible_ms: i64) -> u64 {
+    /// scanned), invisible until `now + invisible_ms`. Returns the queue's low watermark, and
+    /// whether another pop found the queue reserved meanwhile. A cursor moved meanwhile (an
+    /// admin reset) stays where the reset put it.
+    pub fn commit(
+        mut self,
+        offsets: &[u64],
+        next: u64,
+        now_ms: i64,
+        invisible_ms: i64,
+    ) -> (u64, bool) {
         self.done = true;
         let flight = Flight {
             deadline_ms: now_ms.saturating_add(invisible_ms),
@@ -174,7 +189,7 @@ impl Reservation<'_> {
         };
         let cursor = self.cursor;
         let state = self.state;
-        let low = state.with_queue(&self.key, |queue| {
+        let committed = state.with_queue(&self.key, |queue| {
             queue.reading = false;
             for offset in offsets {
                 queue.in_flight.insert(*offset, flight);
@@ -182,13 +197,13 @@ impl Reservation<'_> {
             if queue.cursor == cursor {
                 queue.cursor = cursor.max(next);
             }
-            queue.low_watermark()
+            (queue.low_watermark(), std::mem::take(&mut queue.contended))
         });
         if next != cursor || !offsets.is_empty() {
             state.changed();
         }
         // A queue removed meanwhile (its topic deleted) keeps nothing in flight.
-        low.unwrap_or(next)
+        committed.unwrap_or((next, false))
     }
 }
 
@@ -335,6 +350,7 @@ impl PopState {
             ..PopQueue::default()
         });
         if queue.reading {
+            queue.contended = true;
             return Reserve::Busy;
         }
         if ordered && !queue.in_flight.is_empty() {
@@ -375,11 +391,16 @@ impl PopState {
             Reserve::Held { low } => Claim::Taken {
                 offsets: Vec::new(),
                 low,
+                contended: false,
             },
             Reserve::Reserved(reservation) => {
                 let (offsets, next) = read(reservation.cursor, reservation.room);
-                let low = reservation.commit(&offsets, next, now_ms, invisible_ms);
-                Claim::Taken { offsets, low }
+                let (low, contended) = reservation.commit(&offsets, next, now_ms, invisible_ms);
+                Claim::Taken {
+                    offsets,
+                    low,
+                    contended,
+                }
             }
         }
     }
@@ -630,14 +651,19 @@ mod tests {
             state.reserve(&key("h", "T", 0), false, || 0),
             Reserve::Reserved(_)
         ));
-        let low = first.commit(&[10, 12], 13, 1_000, 30_000);
+        let (low, contended) = first.commit(&[10, 12], 13, 1_000, 30_000);
         assert_eq!(low, 10);
+        assert!(
+            contended,
+            "a pop found it reserved and may wait to look again"
+        );
         assert_eq!(state.cursor(&queue), Some(13));
         assert_eq!(state.in_flight(), 2);
         let Reserve::Reserved(second) = state.reserve(&queue, false, || 0) else {
             panic!("free again after the commit");
         };
         assert_eq!((second.cursor, second.room), (13, 98));
+        assert_eq!(second.commit(&[], 13, 1_000, 30_000), (10, false));
     }
 
     #[test]

@@ -27,9 +27,6 @@ pub(super) const POP_MESSAGES_MAX: i32 = 32;
 pub(super) const POP_BYTES_MAX: u32 = 4 * 1024 * 1024;
 /// Clients time a pop out after pollTime + 10 s; hold no longer than this.
 pub(super) const POLL_MS_MAX: i64 = 25_000;
-/// How soon a polling pop that found a queue held by another pop looks again: a read takes
-/// well under this.
-const BUSY_RETRY: Duration = Duration::from_millis(1);
 /// The only revive queue: the handle carries it, and Quiver needs no more.
 pub(super) const REVIVE_QID: i32 = 0;
 /// The retry flag of the offset infos of messages read from the consumed topic.
@@ -46,9 +43,6 @@ struct Found {
     order_counts: Vec<String>,
     rest: u64,
     full: bool,
-    /// A queue with messages was being read by another pop: popping again in a moment may find
-    /// them, where waiting for an arrival would not (none may come).
-    busy: bool,
 }
 
 pub fn pop(call: &Call, request: &Command) -> Handled {
@@ -153,15 +147,10 @@ async fn poll(
         if found.count > 0 || tokio::time::Instant::now() >= deadline {
             return pop_response(response, &header, found, now, broker.pop.limits);
         }
-        // Another pop holds a queue only while it reads: look again soon rather than wait
-        // for an arrival.
-        let wait_until = match found.busy {
-            true => deadline.min(tokio::time::Instant::now() + BUSY_RETRY),
-            false => deadline,
-        };
+        // Woken by an arrival, or by a pop that held one of the queues when this one looked.
         tokio::select! {
             _ = any_arrival(&mut wakes) => {}
-            _ = tokio::time::sleep_until(wait_until) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
             _ = broker.waiters.until_closed() => {
                 let now = now_ms();
                 let found = pop_once(broker, &header, &queues, &filter, now);
@@ -316,11 +305,19 @@ fn pop_queue(
             found.full = true;
             return;
         }
-        Claim::Busy => {
-            found.busy = true;
-            return found.rest += rest_after_cursor(broker, &key, bounds);
+        Claim::Busy => return found.rest += rest_after_cursor(broker, &key, bounds),
+        Claim::Taken {
+            offsets,
+            low,
+            contended,
+        } => {
+            if contended {
+                // A pop that found the queue reserved may be parked on it: wake it to look
+                // again (no message may arrive to wake it otherwise).
+                broker.waiters.arrived(topic, queue_id as u32, u64::MAX);
+            }
+            (offsets, low)
         }
-        Claim::Taken { offsets, low } => (offsets, low),
     };
     broker.offsets.commit(topic, group, queue_id, low as i64);
     found.rest += rest_after_cursor(broker, &key, bounds);
