@@ -14,7 +14,6 @@ use crate::stored;
 
 /// RocketMQ's scheduler also looks every 100 ms; a message is late by at most this much.
 const POLL_INTERVAL_MS: u64 = 100;
-const PERSIST_EVERY_POLLS: u32 = 10;
 /// Messages moved per level per poll; keeps one poll's append request small.
 const MESSAGES_PER_POLL_MAX: u32 = 64;
 const READ_BYTES_MAX: u32 = 4 * 1024 * 1024;
@@ -24,7 +23,6 @@ const READ_BYTES_MAX: u32 = 4 * 1024 * 1024;
 /// the store holds them.
 #[derive(Default)]
 pub struct DelayDelivery {
-    steps: u32,
     /// Level -> the offset to move to once its batch is stored.
     pending: BTreeMap<usize, u64>,
 }
@@ -39,11 +37,7 @@ impl Owner for DelayDelivery {
     }
 
     fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready {
-        self.steps = self.steps.wrapping_add(1);
-        let mut ready = Ready {
-            persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
-            ..Ready::default()
-        };
+        let mut ready = Ready::default();
         self.pending.clear();
         for level in 1..=broker.config.delay_levels_ms.len() {
             let Some((records, next)) = due_at_level(broker, level, now_ms) else {

@@ -42,7 +42,8 @@ pub struct Ready {
     pub appends: Vec<Batch>,
     /// Oneway requests to clients (a transaction check asking a producer).
     pub requests: Vec<(Connection, Command)>,
-    /// The owner's snapshot is due: `Owner::persist` runs after the appends.
+    /// The owner's snapshot is due now, besides its period: `Owner::persist` runs after the
+    /// appends.
     pub persist: bool,
     /// The step stopped at a batch limit with more to do: step again at once.
     pub more: bool,
@@ -61,6 +62,11 @@ pub trait Owner: Send {
     fn name(&self) -> &'static str;
     /// How often it steps.
     fn period_ms(&self) -> u64;
+    /// How often the scheduler writes its snapshot (`persist`): what a crash may make it do
+    /// again.
+    fn persist_period_ms(&self) -> u64 {
+        PERSIST_PERIOD_MS
+    }
     /// The work due at `now_ms`. Reads (the store's queues, the owner's own tables) happen here;
     /// nothing is written.
     fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready;
@@ -128,6 +134,10 @@ fn append_and_wait(
     answer.recv().unwrap_or(Err(AppendError::Closed))
 }
 
+/// How often an owner's snapshot is written unless it says otherwise: after a crash, delayed,
+/// revived and timer messages of the last second at most are delivered again, never lost.
+const PERSIST_PERIOD_MS: u64 = 1_000;
+
 /// The most one step may run again at once before the scheduler turns to the others: an owner
 /// with a large backlog (a broker that was down while many messages fell due) does not starve
 /// the rest.
@@ -138,6 +148,10 @@ const STEPS_IN_A_ROW_MAX: u32 = 64;
 pub fn run(broker: Arc<Broker>, mut owners: Vec<Box<dyn Owner>>, stop: mpsc::Receiver<()>) {
     let start = Instant::now();
     let mut due: Vec<Duration> = vec![Duration::ZERO; owners.len()];
+    let mut persist_due: Vec<Duration> = owners
+        .iter()
+        .map(|owner| Duration::from_millis(owner.persist_period_ms()))
+        .collect();
     loop {
         let next = due.iter().min().copied().unwrap_or(Duration::from_secs(1));
         match stop.recv_timeout(next.saturating_sub(start.elapsed())) {
@@ -145,7 +159,7 @@ pub fn run(broker: Arc<Broker>, mut owners: Vec<Box<dyn Owner>>, stop: mpsc::Rec
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         let elapsed = start.elapsed();
-        for (owner, due) in owners.iter_mut().zip(due.iter_mut()) {
+        for ((owner, due), persist_due) in owners.iter_mut().zip(&mut due).zip(&mut persist_due) {
             if *due > elapsed {
                 continue;
             }
@@ -154,6 +168,11 @@ pub fn run(broker: Arc<Broker>, mut owners: Vec<Box<dyn Owner>>, stop: mpsc::Rec
                 && steps < STEPS_IN_A_ROW_MAX
             {
                 steps += 1;
+            }
+            let stepped = start.elapsed();
+            if stepped >= *persist_due {
+                persist_logged(owner.as_mut(), broker.background());
+                *persist_due = stepped + Duration::from_millis(owner.persist_period_ms());
             }
             // From now, not from when it was due: a slow step delays the next rather than
             // bunching them up (tokio's MissedTickBehavior::Delay).
@@ -197,6 +216,7 @@ mod tests {
         batches: u64,
         stop_after: Option<u64>,
         persist_each_step: bool,
+        persist_period_ms: u64,
         seen: Arc<Mutex<Seen>>,
     }
 
@@ -206,6 +226,9 @@ mod tests {
         }
         fn period_ms(&self) -> u64 {
             10
+        }
+        fn persist_period_ms(&self) -> u64 {
+            self.persist_period_ms
         }
         fn step(&mut self, _: Background<'_>, _: i64) -> Ready {
             self.seen.lock().unwrap().steps += 1;
@@ -245,6 +268,8 @@ mod tests {
             batches,
             stop_after,
             persist_each_step,
+            // Far past any test's run: snapshots come only when a test asks for them.
+            persist_period_ms: 3_600_000,
             seen: Arc::default(),
         }
     }
@@ -287,5 +312,22 @@ mod tests {
         drop(stop);
         thread.join().expect("the scheduler stops");
         assert_eq!(seen.lock().unwrap().persisted, 1, "one last snapshot");
+    }
+
+    #[test]
+    fn the_scheduler_writes_each_owners_snapshot_at_its_persist_period() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = Arc::new(crate::state::test_broker(dir.path()));
+        let mut owner = recorder(0, None, false);
+        owner.persist_period_ms = 20;
+        let seen = owner.seen.clone();
+        let (stop, thread) = spawn(broker, vec![Box::new(owner)]).expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seen.lock().unwrap().persisted < 2 {
+            assert!(Instant::now() < deadline, "no periodic snapshot");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(stop);
+        thread.join().expect("the scheduler stops");
     }
 }

@@ -13,7 +13,6 @@ use crate::stored;
 use crate::topic::{topic_config, DLQ_PREFIX, PERM_READ, PERM_WRITE};
 
 const POLL_INTERVAL_MS: u64 = 200;
-const PERSIST_EVERY_POLLS: u32 = 5;
 /// Messages revived per append.
 const REVIVE_PER_ROUND: usize = 256;
 
@@ -23,7 +22,6 @@ const REVIVE_PER_ROUND: usize = 256;
 /// The pop state is written every second.
 #[derive(Default)]
 pub struct PopRevive {
-    steps: u32,
     /// What the step's batch revives, taken out of flight once it is stored.
     reviving: Vec<(QueueKey, u64)>,
 }
@@ -38,11 +36,7 @@ impl Owner for PopRevive {
     }
 
     fn step(&mut self, broker: Background<'_>, now_ms: i64) -> Ready {
-        self.steps = self.steps.wrapping_add(1);
-        let mut ready = Ready {
-            persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
-            ..Ready::default()
-        };
+        let mut ready = Ready::default();
         for (key, low) in broker.pop.expire_ordered(now_ms) {
             commit_low(broker, &key, low);
         }

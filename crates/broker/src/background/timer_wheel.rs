@@ -20,7 +20,6 @@ use crate::stored;
 use crate::timer::{checkpoint_path, minute, Checkpoint, Progress, BUCKET_MS, TIMER_TOPIC};
 
 const POLL_INTERVAL_MS: u64 = 100;
-const PERSIST_EVERY_POLLS: u32 = 10;
 /// A bucket is loaded this long before its minute starts, so that loading a full one never
 /// makes its first messages late.
 const LOOKAHEAD_MS: i64 = 5_000;
@@ -46,7 +45,6 @@ pub struct Wheel {
     delivering: Vec<(i64, u64)>,
     /// Why the last step could not index or load, until one can.
     failure: Option<io::Error>,
-    steps: u32,
 }
 
 impl Wheel {
@@ -93,7 +91,6 @@ impl Wheel {
             drained: None,
             delivering: Vec::new(),
             failure: None,
-            steps: 0,
         })
     }
 
@@ -249,11 +246,7 @@ impl Owner for Wheel {
     }
 
     fn step(&mut self, broker: Background<'_>, now: i64) -> Ready {
-        self.steps = self.steps.wrapping_add(1);
-        let mut ready = Ready {
-            persist: self.steps.is_multiple_of(PERSIST_EVERY_POLLS),
-            ..Ready::default()
-        };
+        let mut ready = Ready::default();
         match self.index(broker).and_then(|()| self.load(now)) {
             Ok(()) => {
                 self.failure = None;
