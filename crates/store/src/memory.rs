@@ -239,15 +239,7 @@ impl MemoryQueues {
         let rings = self.lock();
         let ring = rings.rings.get(&(topic.to_string(), queue_id));
         let (min, max) = ring.map_or((0, 0), |ring| (ring.first_offset, ring.next_offset()));
-        let answer = |status, next_offset| QueueRead {
-            status,
-            bytes: Vec::new(),
-            message_count: 0,
-            next_offset,
-            min_offset: min,
-            max_offset: max,
-            damage: None,
-        };
+        let answer = |status, next_offset| QueueRead::empty(status, next_offset, min, max);
         let ring = match ring {
             _ if max == 0 && offset == 0 => return answer(ReadStatus::NoMessageInQueue, 0),
             _ if max == 0 => return answer(ReadStatus::OffsetOverflowBadly, 0),

@@ -82,14 +82,19 @@ pub fn read(
     let queue = queues.get(topic, queue_id);
     let (min, max) = queue.as_ref().map_or((0, 0), |queue| queue.bounds());
     if let Some((status, next_offset)) = offset_outside(offset, min, max) {
-        return Ok(no_records(status, next_offset, min, max));
+        return Ok(QueueRead::empty(status, next_offset, min, max));
     }
     let queue = queue.expect("a queue holding entries exists");
     let max_messages = max_messages.max(1);
     let scan = (max - offset).min(SCAN_ENTRIES_MIN.max(u64::from(max_messages)));
     let mut entries = Vec::new();
     if let Some(file_end) = scan_entries(&queue, offset, scan, max, &mut entries)? {
-        return Ok(no_records(ReadStatus::NoMatchedMessage, file_end, min, max));
+        return Ok(QueueRead::empty(
+            ReadStatus::NoMatchedMessage,
+            file_end,
+            min,
+            max,
+        ));
     }
     let taken = take_entries(
         log,
@@ -152,19 +157,6 @@ fn offset_outside(offset: u64, min: u64, max: u64) -> Option<(ReadStatus, u64)> 
         Some((ReadStatus::OffsetOverflowBadly, max))
     } else {
         None
-    }
-}
-
-/// An answer that carries no record.
-fn no_records(status: ReadStatus, next_offset: u64, min: u64, max: u64) -> QueueRead {
-    QueueRead {
-        status,
-        bytes: Vec::new(),
-        message_count: 0,
-        next_offset,
-        min_offset: min,
-        max_offset: max,
-        damage: None,
     }
 }
 

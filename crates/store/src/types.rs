@@ -186,6 +186,21 @@ pub struct QueueRead {
     pub damage: Option<ReadError>,
 }
 
+impl QueueRead {
+    /// An answer that carries no record: where the reader goes on, and the queue's bounds.
+    pub fn empty(status: ReadStatus, next_offset: u64, min_offset: u64, max_offset: u64) -> Self {
+        QueueRead {
+            status,
+            bytes: Vec::new(),
+            message_count: 0,
+            next_offset,
+            min_offset,
+            max_offset,
+            damage: None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueBounds {
     pub min_offset: u64,

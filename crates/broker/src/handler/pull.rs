@@ -227,15 +227,8 @@ fn read_queue(
         .then(|| broker.store.bounds(&header.topic, queue_id))
         .filter(|bounds| bounds.max_offset > 0);
     if let Some(bounds) = below_zero {
-        return Ok(QueueRead {
-            status: ReadStatus::OffsetTooSmall,
-            bytes: Vec::new(),
-            message_count: 0,
-            next_offset: bounds.min_offset,
-            min_offset: bounds.min_offset,
-            max_offset: bounds.max_offset,
-            damage: None,
-        });
+        let (min, max) = (bounds.min_offset, bounds.max_offset);
+        return Ok(QueueRead::empty(ReadStatus::OffsetTooSmall, min, min, max));
     }
     let accept = |code: i64| filter.accepts_code(code);
     let offset = header.queue_offset.max(0) as u64;
