@@ -382,6 +382,7 @@ pub(crate) fn step(threads: u32, tps: f64, mean_ms: f64, p99_ms: f64, failed: u6
         bytes: (tps * 10.0 * 1024.0) as u64,
         send_failed: failed,
         response_failed: 0,
+        ..Counters::default()
     };
     PointRecord {
         scenario: Scenario {

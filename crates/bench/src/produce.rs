@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use quiver_client::{
-    Client, ClientConfig, ClientError, Message, Producer, ProducerConfig, SendResult,
+    Client, ClientConfig, ClientError, Message, Producer, ProducerConfig, SendResult, SendStatus,
 };
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
@@ -16,7 +16,8 @@ use tokio::time::Instant;
 use crate::histogram::{new_histogram, Percentiles, Recorder};
 use crate::machine::{process_cpu_s, Machine};
 use crate::report::{
-    progress, Counters, Goal, MeasureStart, OutputStyle, Print, ProduceInterval, Summary,
+    progress, Counters, Goal, MeasureStart, NotDurable, OutputStyle, Print, ProduceInterval,
+    Summary,
 };
 use crate::schedule::{wait_until, Schedule, Stop};
 use crate::{write_json, BenchError, ProduceArgs};
@@ -45,6 +46,8 @@ struct Shared {
     bytes: AtomicU64,
     send_failed: AtomicU64,
     response_failed: AtomicU64,
+    /// FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE answers, in messages.
+    not_durable: [AtomicU64; 3],
     /// Messages left to send with `--messages`; None runs until stopped.
     remaining: Option<AtomicI64>,
     pacer: Option<Pacer>,
@@ -88,6 +91,7 @@ impl Shared {
             bytes: AtomicU64::new(0),
             send_failed: AtomicU64::new(0),
             response_failed: AtomicU64::new(0),
+            not_durable: Default::default(),
             remaining: args
                 .run
                 .messages
@@ -114,7 +118,25 @@ impl Shared {
             bytes: self.bytes.load(Ordering::Relaxed),
             send_failed: self.send_failed.load(Ordering::Relaxed),
             response_failed: self.response_failed.load(Ordering::Relaxed),
+            not_durable: NotDurable {
+                flush_disk_timeout: self.not_durable[0].load(Ordering::Relaxed),
+                flush_slave_timeout: self.not_durable[1].load(Ordering::Relaxed),
+                slave_not_available: self.not_durable[2].load(Ordering::Relaxed),
+            },
         }
+    }
+
+    /// Counts `count` messages the broker stored but did not acknowledge as durable; false for
+    /// SEND_OK, which the caller counts as sent.
+    fn not_durable(&self, status: SendStatus, count: usize) -> bool {
+        let index = match status {
+            SendStatus::Ok => return false,
+            SendStatus::FlushDiskTimeout => 0,
+            SendStatus::FlushSlaveTimeout => 1,
+            SendStatus::SlaveNotAvailable => 2,
+        };
+        self.not_durable[index].fetch_add(count as u64, Ordering::Relaxed);
+        true
     }
 
     /// How many of the next `wanted` messages may still be sent.
@@ -138,6 +160,8 @@ impl Shared {
         result: Result<SendResult, ClientError>,
     ) -> bool {
         match result {
+            // Answered, so no back-off; but not sent as far as the figures go.
+            Ok(sent) if self.not_durable(sent.status, count) => return true,
             Ok(_) => {
                 let latency_us = started.elapsed().as_micros() as u64;
                 self.recorder.record(task, latency_us);
@@ -167,6 +191,7 @@ impl Shared {
     ) {
         let count = starts.len();
         match result {
+            Ok(sent) if self.not_durable(sent.status, count) => {}
             Ok(_) => {
                 let now = Instant::now();
                 for started in starts {

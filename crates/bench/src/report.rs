@@ -39,6 +39,51 @@ pub struct Counters {
     pub send_failed: u64,
     /// The broker answered with an error code (Java's "Response Failed").
     pub response_failed: u64,
+    /// Stored but not acknowledged as durable, by the send status the broker answered: not in
+    /// `messages` (RocketMQ's benchmark Producer counts them as sent; they are not safe).
+    #[serde(default)]
+    pub not_durable: NotDurable,
+}
+
+/// Sends the broker stored but did not acknowledge as durable, by send status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotDurable {
+    /// FLUSH_DISK_TIMEOUT: written, but no fsync covered it in time (or it failed).
+    pub flush_disk_timeout: u64,
+    /// FLUSH_SLAVE_TIMEOUT: a SYNC_MASTER's slave did not confirm it in time.
+    pub flush_slave_timeout: u64,
+    /// SLAVE_NOT_AVAILABLE: a SYNC_MASTER had no slave in sync to wait for.
+    pub slave_not_available: u64,
+}
+
+impl NotDurable {
+    pub fn total(&self) -> u64 {
+        self.flush_disk_timeout + self.flush_slave_timeout + self.slave_not_available
+    }
+
+    fn since(&self, earlier: &NotDurable) -> NotDurable {
+        NotDurable {
+            flush_disk_timeout: self
+                .flush_disk_timeout
+                .saturating_sub(earlier.flush_disk_timeout),
+            flush_slave_timeout: self
+                .flush_slave_timeout
+                .saturating_sub(earlier.flush_slave_timeout),
+            slave_not_available: self
+                .slave_not_available
+                .saturating_sub(earlier.slave_not_available),
+        }
+    }
+
+    /// The summary's line for them, when there are any.
+    pub fn line(&self) -> Option<String> {
+        (self.total() > 0).then(|| {
+            format!(
+                "Stored but not acknowledged as durable (not counted as sent): FLUSH_DISK_TIMEOUT {}, FLUSH_SLAVE_TIMEOUT {}, SLAVE_NOT_AVAILABLE {}",
+                self.flush_disk_timeout, self.flush_slave_timeout, self.slave_not_available
+            )
+        })
+    }
 }
 
 impl Counters {
@@ -48,6 +93,7 @@ impl Counters {
             bytes: self.bytes.saturating_sub(earlier.bytes),
             send_failed: self.send_failed.saturating_sub(earlier.send_failed),
             response_failed: self.response_failed.saturating_sub(earlier.response_failed),
+            not_durable: self.not_durable.since(&earlier.not_durable),
         }
     }
 }
@@ -320,6 +366,9 @@ impl Summary {
             self.disk.line(),
             self.steal.line(),
         ]
+        .into_iter()
+        .chain(self.counters.not_durable.line())
+        .collect()
     }
 }
 
@@ -400,12 +449,14 @@ mod tests {
             bytes: 100,
             send_failed: 2,
             response_failed: 1,
+            ..Counters::default()
         };
         let earlier = Counters {
             messages: 4,
             bytes: 40,
             send_failed: 2,
             response_failed: 3,
+            ..Counters::default()
         };
         assert_eq!(
             later.since(&earlier),
@@ -413,7 +464,8 @@ mod tests {
                 messages: 6,
                 bytes: 60,
                 send_failed: 0,
-                response_failed: 0
+                response_failed: 0,
+                ..Counters::default()
             }
         );
     }
@@ -456,6 +508,7 @@ mod tests {
             bytes: 10_000 * 4_096,
             send_failed: 3,
             response_failed: 1,
+            ..Counters::default()
         };
         let latency = Percentiles {
             count: 10_000,

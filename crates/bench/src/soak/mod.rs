@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use quiver_client::{
     Client, ClientConfig, ClientError, ConsumeFrom, Message, MessageQueue, Producer,
-    ProducerConfig, PushConsumerConfig, StoredMessage,
+    ProducerConfig, PushConsumerConfig, SendStatus, StoredMessage,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -354,11 +354,20 @@ async fn send_loop(
         }
         let started = Instant::now();
         match producer.send(&message).await {
-            Ok(_) => {
+            Ok(sent) if sent.status == SendStatus::Ok => {
                 shared
                     .send_latency
                     .record(sender as usize, started.elapsed().as_micros() as u64);
                 shared.ledger().acknowledged(sender, sequence);
+            }
+            // Stored, but the broker did not say it is safe (no fsync or no slave in time): not
+            // acknowledged, so the soak holds the broker to nothing for it.
+            Ok(sent) => {
+                shared
+                    .ledger()
+                    .failed(format!("answered {:?}: not acknowledged", sent.status));
+                tokio::time::sleep(FAILURE_BACKOFF).await;
+                next_due = Instant::now();
             }
             Err(error) => {
                 shared.ledger().failed(describe(&error));
