@@ -372,14 +372,18 @@ impl MemoryQueues {
     /// Writes every queue's exact next offset, for a clean shutdown: a restart goes on from
     /// there with no gap.
     pub(crate) fn close(&self) -> std::io::Result<()> {
-        let mut rings = self.lock();
-        let mut exact = OffsetsFile::default();
-        for ((topic, queue_id), ring) in &rings.rings {
-            let queues = exact.offsets.entry(topic.clone()).or_default();
-            queues.insert(*queue_id, ring.next_offset());
-        }
-        let snapshot = serde_json::to_vec(&exact).expect("offsets serialize");
-        rings.reserved = exact;
+        let snapshot = {
+            let mut rings = self.lock();
+            let mut exact = OffsetsFile::default();
+            for ((topic, queue_id), ring) in &rings.rings {
+                let queues = exact.offsets.entry(topic.clone()).or_default();
+                queues.insert(*queue_id, ring.next_offset());
+            }
+            let snapshot = serde_json::to_vec(&exact).expect("offsets serialize");
+            rings.reserved = exact;
+            snapshot
+        };
+        // Written with the rings' lock let go: no append waits behind the fsync.
         self.file.write(|| Some(snapshot))
     }
 }

@@ -1,9 +1,9 @@
-//! `docs/configuration.md`, rendered from `keys::KEYS`: the document cannot drift from the
+//! `docs/configuration.md`, rendered from `keys::all()`: the document cannot drift from the
 //! keys the broker reads, because a test renders it and compares it with the file on disk.
 //! After changing a key, rewrite the file with
 //! `QUIVER_WRITE_DOCS=1 cargo test -p quiver-broker --lib config::document`.
 
-use super::keys::{Group, Key, KEYS};
+use super::keys::{self, Group, Key};
 
 /// Where the document lives, from this crate's folder.
 const PATH_FROM_CRATE: &str = "../../docs/configuration.md";
@@ -115,7 +115,7 @@ pub(super) fn render() -> String {
     for group in GROUPS {
         text.push_str(&format!("\n## {}\n\n{}\n\n", title(group), intro(group)));
         text.push_str("| key | default | meaning |\n|---|---|---|\n");
-        for key in KEYS.iter().filter(|key| key.group == group) {
+        for key in keys::all().filter(|key| key.group == group) {
             text.push_str(&row(key));
         }
     }
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn every_key_is_in_the_document_once() {
         let document = render();
-        for key in KEYS {
+        for key in keys::all() {
             let row = row(key);
             assert_eq!(document.matches(&row).count(), 1, "{}", key.name);
         }

@@ -1,10 +1,10 @@
 //! `broker.conf` as text, both ways: `BrokerConfig::apply_properties` reads RocketMQ's
 //! `key=value` lines (as `java.util.Properties` splits them), and `BrokerConfig::properties`
-//! prints the configuration in effect as the same keys. Both go through `keys::KEYS`, where
+//! prints the configuration in effect as the same keys. Both go through `keys::all()`, where
 //! each key's name, parsing and printing sit together.
 
 use super::field::Field;
-use super::keys::{self, Printing, Reading, KEYS};
+use super::keys::{self, Printing, Reading};
 use super::{BrokerConfig, ConfigError, LiveKey, UnknownKey};
 
 impl BrokerConfig {
@@ -14,7 +14,7 @@ impl BrokerConfig {
     /// default configuration gives this one back.
     pub fn properties(&self, listen_port: u16) -> Vec<(&'static str, String)> {
         let printing = Printing::of(self, listen_port);
-        KEYS.iter()
+        keys::all()
             .map(|key| (key.name, (key.print)(&printing)))
             .collect()
     }

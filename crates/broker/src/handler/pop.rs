@@ -300,24 +300,8 @@ fn pop_queue(
             (offsets, next)
         },
     );
-    let (offsets, low) = match claim {
-        Claim::Full => {
-            found.full = true;
-            return;
-        }
-        Claim::Busy => return found.rest += rest_after_cursor(broker, &key, bounds),
-        Claim::Taken {
-            offsets,
-            low,
-            contended,
-        } => {
-            if contended {
-                // A pop that found the queue reserved may be parked on it: wake it to look
-                // again (no message may arrive to wake it otherwise).
-                broker.waiters.arrived(topic, queue_id as u32, u64::MAX);
-            }
-            (offsets, low)
-        }
+    let Some((offsets, low)) = taken(broker, &target, &key, claim, found) else {
+        return;
     };
     broker.offsets.commit(topic, group, queue_id, low as i64);
     found.rest += rest_after_cursor(broker, &key, bounds);
@@ -327,11 +311,65 @@ fn pop_queue(
     found.count += offsets.len();
     let got = &broker.counters.messages_got;
     got.fetch_add(offsets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    hand_out_taken(
+        broker,
+        &target,
+        (&key, ordered),
+        (&offsets, bytes),
+        now_ms,
+        found,
+    );
+}
+
+/// The offsets a claim took and the queue's low watermark; None (with `found` told why) for a
+/// queue at its in-flight limit or reserved by another pop.
+fn taken(
+    broker: Popping<'_>,
+    target: &PopTarget,
+    key: &QueueKey,
+    claim: Claim,
+    found: &mut Found,
+) -> Option<(Vec<u64>, u64)> {
+    match claim {
+        Claim::Full => {
+            found.full = true;
+            None
+        }
+        Claim::Busy => {
+            found.rest += rest_after_cursor(broker, key, target.bounds);
+            None
+        }
+        Claim::Taken {
+            offsets,
+            low,
+            contended,
+        } => {
+            if contended {
+                // A pop that found the queue reserved may be parked on it: wake it to look
+                // again (no message may arrive to wake it otherwise).
+                let queue_id = target.queue_id as u32;
+                broker.waiters.arrived(target.topic, queue_id, u64::MAX);
+            }
+            Some((offsets, low))
+        }
+    }
+}
+
+/// What a pop took from one queue goes into its answer: retry copies with the broker's
+/// handles, the consumed topic's messages as stored (with their hand-out counts when ordered).
+fn hand_out_taken(
+    broker: Popping<'_>,
+    target: &PopTarget,
+    (key, ordered): (&QueueKey, bool),
+    (offsets, bytes): (&[u64], Vec<u8>),
+    now_ms: i64,
+    found: &mut Found,
+) {
     if target.is_retry {
-        hand_out_retries(broker, &target, &offsets, &bytes, now_ms, found);
+        hand_out_retries(broker, target, offsets, &bytes, now_ms, found);
     } else {
-        let attempts = ordered.then(|| broker.pop.attempts(&key, &offsets));
-        hand_out(queue_id, &offsets, attempts, bytes, found);
+        let attempts = ordered.then(|| broker.pop.attempts(key, offsets));
+        hand_out(target.queue_id, offsets, attempts, bytes, found);
     }
 }
 

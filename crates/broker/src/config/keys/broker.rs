@@ -1,0 +1,393 @@
+//! The broker's identity, its network, replication and the messages it takes. Keys of `KEYS`, in the order GET_BROKER_CONFIG prints them (see `keys.rs`).
+
+use super::*;
+
+pub(in crate::config) static BROKER: &[Key] = &[
+    Key {
+        name: "brokerClusterName",
+        aliases: &[],
+        group: Group::Identity,
+        default: "DefaultCluster",
+        follows: None,
+        doc: "The cluster the broker registers in.",
+        live: None,
+        read: |reading, field| field.name().map(|name| reading.config.cluster_name = name),
+        print: |printing| printing.config.cluster_name.clone(),
+    },
+    Key {
+        name: "brokerName",
+        aliases: &[],
+        group: Group::Identity,
+        default: "broker-a",
+        follows: None,
+        doc: "The broker's name; a master and its slaves share it.",
+        live: None,
+        read: |reading, field| field.name().map(|name| reading.config.broker_name = name),
+        print: |printing| printing.config.broker_name.clone(),
+    },
+    Key {
+        name: "brokerId",
+        aliases: &[],
+        group: Group::Identity,
+        default: "0",
+        follows: None,
+        doc: "0 for a master, above 0 for a slave.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(0, 1_000_000)
+                .map(|id| reading.config.broker_id = id)
+        },
+        print: |printing| printing.config.broker_id.to_string(),
+    },
+    Key {
+        name: "namesrvAddr",
+        aliases: &[],
+        group: Group::Identity,
+        default: "",
+        follows: None,
+        doc: "The name servers to register with, `;`-separated (`host:port;host:port`).",
+        live: None,
+        read: |reading, field| {
+            let addresses = field.value.split(';').map(str::trim);
+            let addresses = addresses.filter(|address| !address.is_empty());
+            reading.config.namesrv_addrs = addresses.map(String::from).collect();
+            Ok(())
+        },
+        print: |printing| printing.config.namesrv_addrs.join(";"),
+    },
+    Key {
+        name: "brokerIP1",
+        aliases: &[],
+        group: Group::Network,
+        default: "127.0.0.1",
+        follows: None,
+        doc: "The address put in routes and message ids: clients must be able to reach it.",
+        live: None,
+        read: |reading, field| field.ip().map(|ip| reading.config.broker_ip = ip),
+        print: |printing| printing.config.broker_ip.to_string(),
+    },
+    Key {
+        name: "bindAddress",
+        aliases: &[],
+        group: Group::Network,
+        default: "127.0.0.1",
+        follows: Some("`brokerIP1`"),
+        doc: "Where the broker listens (`0.0.0.0`: every interface); by default only on \
+              `brokerIP1`, so nothing listens beyond it by accident.",
+        live: None,
+        read: |reading, field| field.ip().map(|ip| reading.config.bind_ip = Some(ip)),
+        print: |printing| printing.config.bind_addr().ip().to_string(),
+    },
+    Key {
+        name: "listenPort",
+        aliases: &[],
+        group: Group::Network,
+        default: "10911",
+        follows: None,
+        doc: "The broker's port; `0` picks a free one, and GET_BROKER_CONFIG then answers the \
+              port bound.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(0, 65_535)
+                .map(|port| reading.config.listen_port = port)
+        },
+        print: |printing| printing.listen_port.to_string(),
+    },
+    Key {
+        name: "brokerRole",
+        aliases: &[],
+        group: Group::Replication,
+        default: "ASYNC_MASTER",
+        follows: None,
+        doc: "`ASYNC_MASTER` streams to its slaves without waiting for them; `SYNC_MASTER` \
+              answers a send SEND_OK only once a slave has confirmed it (as RocketMQ 4 does: \
+              FLUSH_SLAVE_TIMEOUT when none confirms within `slaveTimeout`, SLAVE_NOT_AVAILABLE \
+              at once when none is connected or the one connected is more than 256 MiB \
+              behind; the message is stored either way); a `SLAVE` follows its master, refuses \
+              sends with SERVICE_NOT_AVAILABLE and serves pulls, queries and admin reads.",
+        live: None,
+        read: |reading, field| field.one_of(&ROLES).map(|role| reading.config.role = role),
+        print: |printing| text_of(&ROLES, &printing.config.role),
+    },
+    Key {
+        name: "haListenPort",
+        aliases: &[],
+        group: Group::Replication,
+        default: "10912",
+        follows: Some("`listenPort` + 1"),
+        doc: "A master's HA port for its slaves; `0` picks a free one, as does `listenPort=0`; \
+              the name server hands the real one to slaves.",
+        live: None,
+        read: |reading, field| {
+            let port = field.number(0, 65_535)?;
+            reading.config.ha_listen_port = Some(port);
+            Ok(())
+        },
+        print: |printing| {
+            let after_listen_port = printing.listen_port.wrapping_add(1);
+            let port = printing.config.ha_listen_port.unwrap_or(after_listen_port);
+            port.to_string()
+        },
+    },
+    Key {
+        name: "haMasterAddress",
+        aliases: &[],
+        group: Group::Replication,
+        default: "",
+        follows: None,
+        doc: "A slave's master HA address (`host:port`); without it the slave uses the one its \
+              name server gives at registration.",
+        live: None,
+        read: |reading, field| {
+            let address = Some(field.value.trim().to_string());
+            reading.config.ha_master_addr = address.filter(|address| !address.is_empty());
+            Ok(())
+        },
+        print: |printing| printing.config.ha_master_addr.clone().unwrap_or_default(),
+    },
+    Key {
+        name: "slaveTimeout",
+        aliases: &[],
+        group: Group::Replication,
+        default: "3000",
+        follows: None,
+        doc: "How long a SYNC_MASTER send waits for a slave's confirmation (ms) before it is \
+              answered FLUSH_SLAVE_TIMEOUT.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 3_600_000)
+                .map(|timeout_ms| reading.config.slave_timeout_ms = timeout_ms)
+        },
+        print: |printing| printing.config.slave_timeout_ms.to_string(),
+    },
+    Key {
+        name: "totalReplicas",
+        aliases: &[],
+        group: Group::Replication,
+        default: "1",
+        follows: None,
+        doc: "RocketMQ 5's count of replicas: accepted and checked; SYNC_MASTER waits for one \
+              slave whatever it says.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 16)
+                .map(|replicas| reading.config.total_replicas = replicas)
+        },
+        print: |printing| printing.config.total_replicas.to_string(),
+    },
+    Key {
+        name: "slaveReadEnable",
+        aliases: &[],
+        group: Group::Replication,
+        default: "false",
+        follows: None,
+        doc: "With it, a pull further behind the log's end than `accessMessageInMemoryMaxRatio` \
+              is answered with `suggestWhichBrokerId=1`, and the Java client pulls from the \
+              slave next, as with RocketMQ; without it, always the master.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|enable| reading.config.slave_read_enable = enable)
+        },
+        print: |printing| printing.config.slave_read_enable.to_string(),
+    },
+    Key {
+        name: "accessMessageInMemoryMaxRatio",
+        aliases: &[],
+        group: Group::Replication,
+        default: "40",
+        follows: None,
+        doc: "How far behind the log's end a pull may be, in percent of the machine's memory, \
+              before `slaveReadEnable` sends it to a slave.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(0, 100)
+                .map(|percent| reading.config.in_memory_percent_max = percent)
+        },
+        print: |printing| printing.config.in_memory_percent_max.to_string(),
+    },
+    Key {
+        name: "inSyncReplicas",
+        aliases: &[],
+        group: Group::Replication,
+        default: "1",
+        follows: None,
+        doc: "RocketMQ 5's replicas a send waits for: accepted and checked; SYNC_MASTER waits \
+              for one slave whatever it says.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 16)
+                .map(|replicas| reading.config.in_sync_replicas = replicas)
+        },
+        print: |printing| printing.config.in_sync_replicas.to_string(),
+    },
+    Key {
+        name: "minInSyncReplicas",
+        aliases: &[],
+        group: Group::Replication,
+        default: "1",
+        follows: None,
+        doc: "RocketMQ 5's fewest replicas a send may wait for: accepted and checked; \
+              SYNC_MASTER waits for one slave whatever it says.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 16)
+                .map(|replicas| reading.config.min_in_sync_replicas = replicas)
+        },
+        print: |printing| printing.config.min_in_sync_replicas.to_string(),
+    },
+    Key {
+        name: "brokerPermission",
+        aliases: &[],
+        group: Group::Messages,
+        default: "6",
+        follows: None,
+        doc: "What clients may do on the broker's topics: 2 = write, 4 = read (6: both).",
+        live: Some(LiveKey::BrokerPermission),
+        read: |reading, field| {
+            field
+                .number(0, 15)
+                .map(|permission| reading.config.broker_permission = permission)
+        },
+        print: |printing| printing.config.broker_permission.to_string(),
+    },
+    Key {
+        name: "defaultTopicQueueNums",
+        aliases: &[],
+        group: Group::Messages,
+        default: "8",
+        follows: None,
+        doc: "The queues of `TBW102` (set again at each start), so the most an auto-created \
+              topic gets; also the queues of topics `nonPersistentTopics` creates.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 1024)
+                .map(|queues| reading.config.default_topic_queue_nums = queues)
+        },
+        print: |printing| printing.config.default_topic_queue_nums.to_string(),
+    },
+    Key {
+        name: "autoCreateTopicEnable",
+        aliases: &[],
+        group: Group::Messages,
+        default: "true",
+        follows: None,
+        doc: "Topics are created on first send from `TBW102`; a new topic gets the producer's \
+              queue count (4 by default) up to `defaultTopicQueueNums`.",
+        live: Some(LiveKey::AutoCreateTopic),
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|enable| reading.config.auto_create_topic = enable)
+        },
+        print: |printing| printing.config.auto_create_topic.to_string(),
+    },
+    Key {
+        name: "traceTopicEnable",
+        aliases: &[],
+        group: Group::Messages,
+        default: "false",
+        follows: None,
+        doc: "With it, the message-trace topic is created at start (1 queue, read and write) \
+              and cannot be reshaped by `updateTopic`; without it, a client's first trace \
+              record creates the topic from `TBW102` like any other (auto-create on), as \
+              RocketMQ does.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|enable| reading.config.trace_topic_enable = enable)
+        },
+        print: |printing| printing.config.trace_topic_enable.to_string(),
+    },
+    Key {
+        name: "msgTraceTopicName",
+        aliases: &[],
+        group: Group::Messages,
+        default: "RMQ_SYS_TRACE_TOPIC",
+        follows: None,
+        doc: "The message-trace topic.",
+        live: None,
+        read: |reading, field| {
+            field
+                .topic(field.value, "a topic name")
+                .map(|topic| reading.config.msg_trace_topic_name = topic)
+        },
+        print: |printing| printing.config.msg_trace_topic_name.clone(),
+    },
+    Key {
+        name: "storeReplyMessageEnable",
+        aliases: &[],
+        group: Group::Messages,
+        default: "true",
+        follows: None,
+        doc: "Replies to `producer.request` are stored in `<brokerClusterName>_REPLY_TOPIC` \
+              (created at start, 1 queue) as well as pushed to the requesting client; with \
+              `false` only pushed.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|enable| reading.config.store_reply_message_enable = enable)
+        },
+        print: |printing| printing.config.store_reply_message_enable.to_string(),
+    },
+    Key {
+        name: "autoCreateSubscriptionGroup",
+        aliases: &[],
+        group: Group::Messages,
+        default: "true",
+        follows: None,
+        doc: "Consumer groups are created on first use (heartbeat, pull, pop, offset commit); \
+              with `false`, only groups made with `mqadmin updateSubGroup` consume, others get \
+              SUBSCRIPTION_GROUP_NOT_EXIST.",
+        live: Some(LiveKey::AutoCreateSubscriptionGroup),
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|enable| reading.config.auto_create_subscription_group = enable)
+        },
+        print: |printing| printing.config.auto_create_subscription_group.to_string(),
+    },
+    Key {
+        name: "useServerSideResetOffset",
+        aliases: &[],
+        group: Group::Messages,
+        default: "true",
+        follows: None,
+        doc: "How `mqadmin resetOffsetByTime` works: the broker changes the offsets and moves \
+              consumers at their next pull, and pop groups' cursors at once (RocketMQ 5); with \
+              `false` it tells running consumers to move (RocketMQ 4).",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|enable| reading.config.use_server_side_reset_offset = enable)
+        },
+        print: |printing| printing.config.use_server_side_reset_offset.to_string(),
+    },
+    Key {
+        name: "maxMessageSize",
+        aliases: &[],
+        group: Group::Messages,
+        default: "4194304",
+        follows: None,
+        doc: "The largest body a send may carry (bytes; 4 MiB); bigger ones get MESSAGE_ILLEGAL.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 1024 * 1024 * 1024)
+                .map(|bytes| reading.config.max_message_bytes = bytes)
+        },
+        print: |printing| printing.config.max_message_bytes.to_string(),
+    },
+];
