@@ -12,16 +12,19 @@ use std::time::Duration;
 use quiver_wire::{Command, Encoding, ExtFields, LanguageCode};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
+use crate::budget::{answer_bytes, Held};
+
 pub type ConnectionId = u64;
 
-/// A frame for the writer, with the permit that bounds its kind: an answer holds the in-flight
-/// permit of the request it answers, a broker request one of `BROKER_REQUESTS_QUEUED_MAX`. The
-/// writer lets the permit go once the frame is written, so a client that stops reading stops
-/// the broker from reading its requests and from queuing notifications for it, instead of
-/// growing this queue.
+/// A frame for the writer, with what bounds its kind: an answer holds the in-flight permit of
+/// the request it answers and the bytes of both charged to the byte budgets (`Held`), a broker
+/// request one of `BROKER_REQUESTS_QUEUED_MAX`. The writer lets them go once the frame is
+/// written, so a client that stops reading stops the broker from reading its requests and from
+/// queuing notifications for it, instead of growing this queue.
 pub struct Outgoing {
     pub command: Command,
     pub permit: Option<OwnedSemaphorePermit>,
+    pub held: Option<Held>,
 }
 
 /// Requests the broker itself sends (NOTIFY_CONSUMER_IDS_CHANGED) that may wait unwritten on
@@ -75,7 +78,14 @@ impl Connection {
     }
 
     fn queue(&self, command: Command, permit: Option<OwnedSemaphorePermit>) -> bool {
-        self.outgoing.send(Outgoing { command, permit }).is_ok()
+        let held = None;
+        self.outgoing
+            .send(Outgoing {
+                command,
+                permit,
+                held,
+            })
+            .is_ok()
     }
 
     /// Sends a oneway request to the client, with the broker's own opaque sequence. False when
@@ -160,15 +170,16 @@ impl Connection {
 pub struct Responder {
     connection: Connection,
     oneway: bool,
-    permit: OwnedSemaphorePermit,
+    /// The request's in-flight permit and bytes; the answer's bytes join them.
+    held: Held,
 }
 
 impl Responder {
-    pub fn new(connection: Connection, oneway: bool, permit: OwnedSemaphorePermit) -> Responder {
+    pub fn new(connection: Connection, oneway: bool, held: Held) -> Responder {
         Responder {
             connection,
             oneway,
-            permit,
+            held,
         }
     }
 
@@ -177,9 +188,17 @@ impl Responder {
     }
 
     pub fn reply(self, response: Command) {
-        if !self.oneway {
-            self.connection.queue(response, Some(self.permit));
+        if self.oneway {
+            return;
         }
+        let mut held = self.held;
+        held.add(answer_bytes(&response));
+        let outgoing = Outgoing {
+            command: response,
+            permit: None,
+            held: Some(held),
+        };
+        let _ = self.connection.outgoing.send(outgoing);
     }
 }
 

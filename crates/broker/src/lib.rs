@@ -10,6 +10,7 @@
 //! (`state::Sending`, `state::Background`, ...). Nothing below `start` depends on it.
 
 pub mod background;
+pub mod budget;
 pub mod clients;
 mod clock;
 pub mod config;

@@ -13,9 +13,10 @@ use quiver_wire::{decode_frame, encode_frame, encode_frame_head, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::budget::{Budget, Budgets};
 use crate::clock::now_ms;
 use crate::connection::{Connection, Outgoing, Responder};
 use crate::ha::Replicated;
@@ -45,6 +46,8 @@ const ANSWER_DRAIN_MS: u64 = 3_000;
 /// throws away answers still on their way: the client would see sends it made fail although
 /// the broker stored them.
 const CLOSE_LINGER_MS: u64 = 1_000;
+/// The key of a connection's byte budget, named in the log when it is reached.
+const CONNECTION_BYTES_KEY: &str = "quiverConnectionBytesMax";
 /// How long the writer may take to finish the write it is in when told to stop.
 const WRITER_STOP_MS: u64 = 500;
 
@@ -140,6 +143,12 @@ async fn serve_connection(
     let in_flight = Arc::new(Semaphore::new(
         serving.config.requests_in_flight_per_connection_max,
     ));
+    let budgets = Budgets {
+        connection: Budget::new(CONNECTION_BYTES_KEY, serving.config.connection_bytes_max),
+        broker: serving.budget.clone(),
+    };
+    // The bytes read and not yet cut into frames (a large frame on its way).
+    let mut reading = budgets.hold(0);
     let mut input = BytesMut::with_capacity(READ_SPACE_MIN);
     let mut read_space = READ_SPACE_MIN;
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
@@ -149,6 +158,7 @@ async fn serve_connection(
     let result = loop {
         let mut now_ms = now_ms();
         loop {
+            let unframed = input.len();
             let request = match decode_frame(&mut input) {
                 Ok(Some(request)) => request,
                 Ok(None) => break,
@@ -164,22 +174,34 @@ async fn serve_connection(
                 connection.answered(request);
                 continue;
             }
+            let frame_bytes = unframed - input.len();
+            if !budgets.has_room() {
+                // Written answers make room, and the sends read so far wait to be written.
+                drop(serving.store.append(std::mem::take(&mut appends)));
+                match wait_until(budgets.room(&connection.peer), &mut shutdown, &connection).await {
+                    Waited::Ready(()) => now_ms = self::now_ms(),
+                    Waited::Stop => break,
+                    Waited::Idle => return Ok(()),
+                }
+            }
             let permit = match in_flight.clone().try_acquire_owned() {
                 Ok(permit) => permit,
                 Err(_) => {
                     // Answers free permits, and the sends read so far wait to be written.
                     drop(serving.store.append(std::mem::take(&mut appends)));
-                    match wait_for_permit(&in_flight, &mut shutdown, &connection).await {
-                        Waited::Permit(permit) => {
+                    let permit = in_flight.clone().acquire_owned();
+                    match wait_until(permit, &mut shutdown, &connection).await {
+                        Waited::Ready(permit) => {
                             now_ms = self::now_ms();
-                            permit
+                            permit.expect("the in-flight semaphore is never closed")
                         }
                         Waited::Stop => break,
                         Waited::Idle => return Ok(()),
                     }
                 }
             };
-            let responder = Responder::new(connection.clone(), request.is_oneway(), permit);
+            let held = budgets.hold(frame_bytes).with_permit(permit);
+            let responder = Responder::new(connection.clone(), request.is_oneway(), held);
             let call = Call {
                 broker,
                 connection: &connection,
@@ -193,11 +215,23 @@ async fn serve_connection(
             );
         }
         write_read_appends(serving, std::mem::take(&mut appends), sync_flush).await;
+        reading.set(input.len());
         // Let the writer send this read's answers before the next read is handled: woken from
         // here it waits in this worker's next-task slot, where no other worker can take it,
         // until this task yields, and reading on while more input is ready would hold the
         // answers back and merge the client's next requests into one ever larger round.
         tokio::task::yield_now().await;
+        if !budgets.has_room() {
+            match wait_until(budgets.room(&connection.peer), &mut shutdown, &connection).await {
+                Waited::Ready(()) => {}
+                Waited::Stop => {
+                    drain_answers(&in_flight, serving.config).await;
+                    close_after_answers(stop_writer, writer_task, &mut reader).await;
+                    return Ok(());
+                }
+                Waited::Idle => return Ok(()),
+            }
+        }
         if input.capacity() - input.len() < read_space {
             input.reserve(read_space);
         }
@@ -248,31 +282,32 @@ fn carry_out(broker: &Arc<Broker>, reply: Reply, responder: Responder, appends: 
     }
 }
 
-/// How a wait for an in-flight permit ended.
-enum Waited {
-    Permit(OwnedSemaphorePermit),
+/// How a wait for an in-flight permit or for room in the byte budgets ended.
+enum Waited<T> {
+    Ready(T),
     /// The broker is stopping.
     Stop,
-    /// The peer read none of its answers for the idle timeout: given up, as one that sends
-    /// nothing is, so that it does not hold a connection slot forever.
+    /// The peer read none of its answers for the idle timeout (given up, as one that sends
+    /// nothing is, so that it does not hold a connection slot forever), or is gone.
     Idle,
 }
 
-async fn wait_for_permit(
-    in_flight: &Arc<Semaphore>,
+async fn wait_until<T>(
+    ready: impl std::future::Future<Output = T>,
     shutdown: &mut watch::Receiver<bool>,
     connection: &Connection,
-) -> Waited {
+) -> Waited<T> {
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
-    let wait = tokio::time::timeout(idle, in_flight.clone().acquire_owned());
-    let acquired = tokio::select! {
+    let wait = tokio::time::timeout(idle, ready);
+    let waited = tokio::select! {
         biased;
         _ = shutdown.wait_for(|stop| *stop) => return Waited::Stop,
-        acquired = wait => acquired,
+        // The writer gave up on the peer: nothing more is read from it.
+        _ = connection.closed() => return Waited::Idle,
+        waited = wait => waited,
     };
-    match acquired {
-        Ok(Ok(permit)) => Waited::Permit(permit),
-        Ok(Err(_)) => unreachable!("the in-flight semaphore is never closed"),
+    match waited {
+        Ok(ready) => Waited::Ready(ready),
         Err(_) => {
             tracing::debug!(peer = %connection.peer, "closing connection: answers unread for the idle timeout");
             Waited::Idle
@@ -374,6 +409,7 @@ async fn write_frames(
     let mut chunks: Vec<Bytes> = Vec::new();
     // The in-flight permits of the answers being written: let go once they are written.
     let mut permits = Vec::new();
+    let mut helds = Vec::new();
     let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
     loop {
         // Stopped, or the connection task is gone (its sender dropped).
@@ -387,11 +423,13 @@ async fn write_frames(
         };
         let mut batch_bytes = encode_or_error(&first.command, &mut buffer, &mut chunks);
         permits.extend(first.permit);
+        helds.extend(first.held);
         while batch_bytes < WRITE_BATCH_BYTES_MAX {
             match outgoing.try_recv() {
                 Ok(next) => {
                     batch_bytes += encode_or_error(&next.command, &mut buffer, &mut chunks);
                     permits.extend(next.permit);
+                    helds.extend(next.held);
                 }
                 Err(_) => break,
             }
@@ -410,6 +448,7 @@ async fn write_frames(
             }
         }
         permits.clear();
+        helds.clear();
         // The chunks were dropped, so the buffer's space is its own again.
         buffer.reserve(64 * 1024);
         if buffer.capacity() > 4 * WRITE_BATCH_BYTES_MAX {

@@ -677,3 +677,51 @@ async fn a_non_persistent_topic_is_peeked_popped_acked_and_revived_as_a_persiste
         .iter()
         .all(|m| m.reconsume_times == 1 && m.topic == "Ticks"));
 }
+
+/// Eight queues with a 3 MB message each: one pop across all of them would make a 24 MB
+/// answer, past the 16 MiB frame limit. Each pop carries whole messages up to
+/// `maxTransferBytesOnMessageInMemory` (and always one), so every message is delivered once.
+#[tokio::test]
+async fn a_pop_across_queues_of_large_messages_answers_what_fits_and_delivers_every_one() {
+    let h = Harness::with_config("maxMessageSize=4194304\n");
+    assert_eq!(h.create_topic("Big", 8).await.code, response_code::SUCCESS);
+    let body = vec![b'x'; 3_000_000];
+    for queue_id in 0..8 {
+        let sent = h.send("Big", &body, &on_queue(queue_id)).await;
+        assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+    }
+    let mut queues_seen = Vec::new();
+    for _ in 0..8 {
+        let answer = h.call(pop_request("Big", 32, 60_000)).await;
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        assert!(answer.body.len() < 4_000_000, "{} bytes", answer.body.len());
+        let popped = messages(&answer);
+        assert_eq!(popped.len(), 1, "one 3 MB message per pop");
+        queues_seen.push(popped[0].queue_id);
+    }
+    queues_seen.sort_unstable();
+    assert_eq!(queues_seen, (0..8).collect::<Vec<_>>());
+    let done = h.call(pop_request("Big", 32, 60_000)).await;
+    assert_eq!(done.code, response_code::PULL_NOT_FOUND);
+}
+
+/// Small messages fill a pop up to the byte cap in whole messages, across queues.
+#[tokio::test]
+async fn a_pop_stops_at_the_byte_cap_in_whole_messages() {
+    let h = Harness::with_config("maxTransferBytesOnMessageInMemory=10240\n");
+    assert_eq!(h.create_topic("Cap", 4).await.code, response_code::SUCCESS);
+    for i in 0..16 {
+        let sent = h.send("Cap", &[b'y'; 1500], &on_queue(i % 4)).await;
+        assert_eq!(sent.code, response_code::SUCCESS);
+    }
+    let mut total = 0;
+    while total < 16 {
+        let answer = h.call(pop_request("Cap", 32, 60_000)).await;
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        assert!(answer.body.len() <= 10_240, "{} bytes", answer.body.len());
+        let popped = messages(&answer).len();
+        assert!((1..16).contains(&popped), "{popped} messages");
+        total += popped;
+    }
+    assert_eq!(total, 16);
+}

@@ -103,6 +103,22 @@ impl QuiverProcess {
         }
     }
 
+    /// The process's resident memory (VmRSS) in bytes, from /proc.
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let child = self.child.as_ref().context("the process has ended")?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))?;
+        let line = status
+            .lines()
+            .find(|line| line.starts_with("VmRSS:"))
+            .context("no VmRSS line")?;
+        let kib: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .context("no VmRSS value")?
+            .parse()?;
+        Ok(kib * 1024)
+    }
+
     pub fn broker(&self) -> SocketAddr {
         self.started.broker.expect("this process runs no broker")
     }

@@ -70,8 +70,12 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Command>, FrameError> {
     }
 
     if buf.len() < frame_bytes {
-        // Safe to reserve: frame_bytes was checked against FRAME_BYTES_MAX above.
-        buf.reserve(frame_bytes - buf.len());
+        // Room for the rest of the frame, but no more than the bytes already here (or 64
+        // KiB): a prefix that announces 16 MiB must not make the reader hold 16 MiB before
+        // they come. The room doubles with what arrives, so a large frame is read with few
+        // reallocations all the same.
+        let rest = frame_bytes - buf.len();
+        buf.reserve(rest.min(buf.len().max(64 * 1024)));
         return Ok(None);
     }
 
@@ -149,6 +153,22 @@ mod tests {
             Err(FrameError::TooLarge { .. })
         ));
         assert_eq!(buf.capacity(), capacity_before);
+    }
+
+    /// Eight bytes that announce a frame just under the limit reserve room for what arrived,
+    /// not for the frame: many such prefixes must not hold 16 MiB each.
+    #[test]
+    fn a_large_frame_is_given_room_as_its_bytes_arrive() {
+        let announced = (FRAME_BYTES_MAX - 4) as u32;
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&announced.to_be_bytes());
+        buf.extend_from_slice(&[SERIALIZE_JSON, 0, 0, 2]);
+        assert_eq!(decode_frame(&mut buf), Ok(None));
+        assert!(buf.capacity() <= 128 * 1024, "{} reserved", buf.capacity());
+        // With half the frame here, the room for the rest is at most as much again.
+        buf.resize(FRAME_BYTES_MAX / 2, b' ');
+        assert_eq!(decode_frame(&mut buf), Ok(None));
+        assert!(buf.capacity() <= FRAME_BYTES_MAX + 64 * 1024);
     }
 
     #[test]

@@ -29,7 +29,7 @@ change a key there, then run \
 ";
 
 /// The sections, in the document's order.
-const GROUPS: [Group; 10] = [
+const GROUPS: [Group; 11] = [
     Group::Identity,
     Group::Network,
     Group::Messages,
@@ -40,6 +40,7 @@ const GROUPS: [Group; 10] = [
     Group::Pop,
     Group::Transactions,
     Group::NonPersistent,
+    Group::Limits,
 ];
 
 fn title(group: Group) -> &'static str {
@@ -54,6 +55,7 @@ fn title(group: Group) -> &'static str {
         Group::Pop => "Pop consumption",
         Group::Transactions => "Transactional messages",
         Group::NonPersistent => "Non-persistent topics",
+        Group::Limits => "Memory limits",
     }
 }
 
@@ -105,6 +107,14 @@ fn intro(group: Group) -> &'static str {
             "Topics whose messages live only in memory, in a bounded ring per queue: for \
                  traffic where the newest message matters and a lost one does not. A topic is \
                  made so by the attribute `persistence=memory` or by `nonPersistentTopics`."
+        }
+        Group::Limits => {
+            "What clients can make the broker hold. A request's bytes count from when it is \
+                 read, and its answer's from when it is ready, until the answer is written: \
+                 past a connection's budget the broker stops reading from that connection, \
+                 past the broker's from every connection, until answers are written; a parked \
+                 pull or pop woken by a message waits for room before it reads. The log says \
+                 so once each time a budget fills."
         }
     }
 }

@@ -174,6 +174,7 @@ pub(super) enum Group {
     Pop,
     Transactions,
     NonPersistent,
+    Limits,
 }
 
 mod broker;

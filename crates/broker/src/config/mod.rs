@@ -130,6 +130,13 @@ pub struct BrokerConfig {
     pub disk_max_used_ratio_percent: u32,
     pub connections_max: usize,
     pub requests_in_flight_per_connection_max: usize,
+    /// `maxTransferBytesOnMessageInMemory`, `maxTransferCountOnMessageInMemory`: the most one
+    /// pull, pop or peek answer carries (always at least one message).
+    pub transfer_bytes_max: u32,
+    pub transfer_count_max: u32,
+    /// `quiverConnectionBytesMax`, `quiverBrokerBytesMax`: the byte budgets (`budget.rs`).
+    pub connection_bytes_max: usize,
+    pub broker_bytes_max: usize,
     /// `messageDelayLevel`: level n (1-based) waits `delay_levels_ms[n - 1]`.
     pub delay_levels_ms: Vec<u64>,
     /// `timerWheelEnable`: RocketMQ 5 timer messages are delivered at their time; without it
@@ -204,6 +211,10 @@ impl Default for BrokerConfig {
             disk_max_used_ratio_percent: 75,
             connections_max: 10_000,
             requests_in_flight_per_connection_max: 4_096,
+            transfer_bytes_max: 256 * 1024,
+            transfer_count_max: 32,
+            connection_bytes_max: 16 * 1024 * 1024,
+            broker_bytes_max: 256 * 1024 * 1024,
             delay_levels_ms: delay_levels::DEFAULT_LEVELS_MS.to_vec(),
             timer_wheel_enable: true,
             timer_max_delay_sec: TIMER_MAX_DELAY_SEC_DEFAULT,

@@ -271,6 +271,9 @@ fn put_process(broker: Administering<'_>, now_ms: i64, table: &mut BTreeMap<Stri
     }
     let (producers, consumers) = broker.clients.counts();
     put("parkedPulls", broker.waiters.parked().to_string());
+    // What connections' requests and answers hold now, against `quiverBrokerBytesMax`.
+    put("quiverBytesHeld", broker.budget.used().to_string());
+    put("quiverBytesMax", broker.budget.max().to_string());
     put("producerClients", producers.to_string());
     put("consumerClients", consumers.to_string());
     put("bootTimestamp", broker.started_ms.to_string());

@@ -24,7 +24,6 @@ use crate::topic::{validate_group_name, PERM_READ};
 
 /// Java refuses more per pop.
 pub(super) const POP_MESSAGES_MAX: i32 = 32;
-pub(super) const POP_BYTES_MAX: u32 = 4 * 1024 * 1024;
 /// Clients time a pop out after pollTime + 10 s; hold no longer than this.
 pub(super) const POLL_MS_MAX: i64 = 25_000;
 /// The only revive queue: the handle carries it, and Quiver needs no more.
@@ -142,6 +141,13 @@ async fn poll(
         }
         let retry_end = broker.store.bounds(&retry, 0).max_offset;
         wakes.extend(broker.waiters.park(&retry, 0, retry_end));
+        // With the broker's byte budget full it waits for room before it reads, as a parked
+        // pull does, and is answered SYSTEM_BUSY if none comes in its time.
+        let room = broker.budget.room(&header.consumer_group);
+        if tokio::time::timeout_at(deadline, room).await.is_err() {
+            let busy = Refusal::new(response_code::SYSTEM_BUSY, super::pull::BUDGET_FULL);
+            return busy.into_response(&response);
+        }
         let now = now_ms();
         let found = pop_once(broker, &header, &queues, &filter, now);
         if found.count > 0 || tokio::time::Instant::now() >= deadline {
@@ -243,6 +249,16 @@ fn pop_once(
     found
 }
 
+/// What a pop still takes from the next queue it reads: the answer holds
+/// `maxTransferBytesOnMessageInMemory` at most, in whole messages, and always one.
+#[derive(Clone, Copy)]
+struct Wanted {
+    messages: usize,
+    bytes: u32,
+    /// Nothing is in the answer yet: its first message goes out whatever its size.
+    first_may_exceed: bool,
+}
+
 /// One queue a pop looks at: what it asks of the queue, and where the queue stands.
 struct PopTarget<'a> {
     header: &'a PopMessageRequestHeader,
@@ -278,8 +294,9 @@ fn pop_queue(
         queue_id,
     };
     let wanted = (header.max_msg_nums as usize).saturating_sub(found.count);
+    let bytes_room = (broker.config.transfer_bytes_max as usize).saturating_sub(found.body.len());
     let ordered = header.order.unwrap_or(false) && !target.is_retry;
-    if wanted == 0 {
+    if wanted == 0 || (found.count > 0 && bytes_room == 0) {
         let cursor = broker.pop.cursor(&key).unwrap_or(bounds.min_offset);
         return found.rest += bounds.max_offset.saturating_sub(cursor);
     }
@@ -287,6 +304,7 @@ fn pop_queue(
     // copy of it waiting for a pull is spent by a pop, as RocketMQ's pop takes it, or the
     // group's first pull of the queue, later, would be sent back to it.
     broker.offsets.take_reset(topic, group, queue_id);
+    let first_may_exceed = found.count == 0;
     let mut bytes = Vec::new();
     let claim = broker.pop.claim(
         &key,
@@ -294,8 +312,12 @@ fn pop_queue(
         ordered,
         || first_pop_offset(broker, &target),
         |cursor, room| {
-            let (offsets, next, read) =
-                read_for_pop(broker, &target, filter, cursor, wanted.min(room));
+            let wanted = Wanted {
+                messages: wanted.min(room),
+                bytes: bytes_room.max(1) as u32,
+                first_may_exceed,
+            };
+            let (offsets, next, read) = read_for_pop(broker, &target, filter, cursor, wanted);
             bytes = read;
             (offsets, next)
         },
@@ -402,7 +424,7 @@ fn read_for_pop(
     target: &PopTarget,
     filter: &MessageFilter,
     cursor: u64,
-    wanted: usize,
+    wanted: Wanted,
 ) -> (Vec<u64>, u64, Vec<u8>) {
     let (topic, queue_id) = (target.topic, target.queue_id);
     let cursor = cursor.max(target.bounds.min_offset);
@@ -416,8 +438,8 @@ fn read_for_pop(
     let read = read_matching(
         filter,
         cursor,
-        wanted as u32,
-        POP_BYTES_MAX,
+        wanted.messages as u32,
+        wanted.bytes,
         |from, count, bytes| {
             broker
                 .store
@@ -426,13 +448,26 @@ fn read_for_pop(
     );
     match read {
         Ok(read) => {
-            let offsets = record_offsets(&read.bytes);
-            let bytes = if read.status == ReadStatus::Found {
+            let records = records(&read.bytes);
+            let mut bytes = if read.status == ReadStatus::Found {
                 read.bytes
             } else {
                 Vec::new()
             };
-            (offsets, read.next_offset, bytes)
+            let mut next_offset = read.next_offset;
+            // The store hands out a first message whatever its size: past the first queue of
+            // the pop's answer, one that does not fit waits for the next pop.
+            let fit = if wanted.first_may_exceed {
+                records.len()
+            } else {
+                fitting(&records, wanted.bytes as usize)
+            };
+            if let Some(&(offset, _)) = records.get(fit) {
+                next_offset = offset;
+                bytes.truncate(records[..fit].iter().map(|(_, size)| size).sum());
+            }
+            let offsets = records[..fit].iter().map(|(offset, _)| *offset).collect();
+            (offsets, next_offset, bytes)
         }
         Err(error) => {
             tracing::warn!(topic, queue_id, %error, "pop could not read the queue");
@@ -505,8 +540,21 @@ fn hand_out(
 }
 
 /// The QUEUEOFFSET of each record in a read's bytes.
-fn record_offsets(mut bytes: &[u8]) -> Vec<u64> {
-    let mut offsets = Vec::new();
+/// How many of `records` (queue offset, size) fit in `room` bytes, from the first.
+pub(super) fn fitting(records: &[(u64, usize)], room: usize) -> usize {
+    let mut total = 0;
+    records
+        .iter()
+        .take_while(|(_, size)| {
+            total += size;
+            total <= room
+        })
+        .count()
+}
+
+/// Each record's queue offset and size, in order.
+pub(super) fn records(mut bytes: &[u8]) -> Vec<(u64, usize)> {
+    let mut records = Vec::new();
     while bytes.len() >= quiver_record::PHYSICAL_OFFSET_AT {
         let (Some(size), Some(offset)) = (
             quiver_record::read_i32(bytes, quiver_record::TOTAL_SIZE_AT),
@@ -520,10 +568,10 @@ fn record_offsets(mut bytes: &[u8]) -> Vec<u64> {
         else {
             break;
         };
-        offsets.push(offset as u64);
+        records.push((offset as u64, size));
         bytes = &bytes[size..];
     }
-    offsets
+    records
 }
 
 /// The retry flag of an ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME's `extraInfo`.
@@ -689,7 +737,15 @@ mod tests {
     }
 
     #[test]
-    fn record_offsets_read_each_records_queue_offset() {
-        assert!(record_offsets(&[]).is_empty());
+    fn records_read_each_records_queue_offset() {
+        assert!(records(&[]).is_empty());
+    }
+
+    #[test]
+    fn records_fit_from_the_first_while_their_sizes_add_up_to_the_room() {
+        let records = [(7, 100), (8, 50), (9, 10)];
+        assert_eq!(fitting(&records, 99), 0);
+        assert_eq!(fitting(&records, 150), 2);
+        assert_eq!(fitting(&records, 1_000), 3);
     }
 }

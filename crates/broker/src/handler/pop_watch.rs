@@ -10,7 +10,7 @@ use quiver_wire::header::{
 };
 use quiver_wire::{Command, ExtFields};
 
-use super::pop::{any_arrival, POLL_MS_MAX, POP_BYTES_MAX, POP_MESSAGES_MAX, REVIVE_QID};
+use super::pop::{any_arrival, fitting, records, POLL_MS_MAX, POP_MESSAGES_MAX, REVIVE_QID};
 use super::{answer, Call, Handled, Refusal, Reply};
 use crate::pop::{retry_topic, QueueKey};
 use crate::state::Popping;
@@ -76,17 +76,26 @@ pub fn peek(call: &Call, request: &Command) -> Handled {
             .bounds(&header.topic, queue_id as u32)
             .max_offset;
         let wanted = (header.max_msg_nums as usize).saturating_sub(count);
-        if wanted > 0 && from < end {
+        // Whole messages up to `maxTransferBytesOnMessageInMemory` in all, and always one.
+        let room = (broker.config.transfer_bytes_max as usize).saturating_sub(body.len());
+        if wanted > 0 && from < end && (count == 0 || room > 0) {
             if let Ok(read) = broker.store.read(
                 &header.topic,
                 queue_id as u32,
                 from,
                 wanted as u32,
-                POP_BYTES_MAX,
+                room.max(1) as u32,
                 &|_| true,
             ) {
-                count += read.message_count as usize;
-                body.extend_from_slice(&read.bytes);
+                let records = records(&read.bytes);
+                let fit = if count == 0 {
+                    records.len()
+                } else {
+                    fitting(&records, room)
+                };
+                count += fit;
+                let fit_bytes: usize = records[..fit].iter().map(|(_, size)| size).sum();
+                body.extend_from_slice(&read.bytes[..fit_bytes]);
             }
         }
         rest += end.saturating_sub(from);

@@ -17,10 +17,9 @@ use crate::filter::{read_matching, MessageFilter};
 use crate::state::{Broker, Pulling};
 use crate::topic::{validate_group_name, PERM_READ};
 
-/// Messages per pull at most, whatever the client asks: Java's own cap for reads from memory.
-const PULL_MESSAGES_MAX: i32 = 256;
-/// Bytes per pull at most: far below the 16 MiB frame limit Java clients enforce.
-const PULL_BYTES_MAX: i32 = 4 * 1024 * 1024;
+/// The answer to a parked pull that found no room in the broker's byte budget.
+pub(super) const BUDGET_FULL: &str = "[BUDGET_FULL] the broker holds quiverBrokerBytesMax of \
+     answers its clients have not read yet; try again later";
 /// Clients time a pull out after 30 s; a longer hold would only turn into their timeout.
 const SUSPEND_MS_MAX: i64 = 25_000;
 
@@ -80,6 +79,13 @@ async fn park(owner: Arc<Broker>, response: Command, header: PullMessageRequestH
                 _ = broker.waiters.until_closed() => {}
             }
         }
+    }
+    // Woken by an arrival, it reads: with the broker's byte budget full (clients reading their
+    // answers slowly), it waits for room first, no longer than its own time again, and is
+    // answered SYSTEM_BUSY if none comes (a Java consumer pulls again a little later).
+    let room = broker.budget.room(&header.consumer_group);
+    if tokio::time::timeout(hold, room).await.is_err() {
+        return Refusal::new(response_code::SYSTEM_BUSY, BUDGET_FULL).into_response(&response);
     }
     match pull_once(broker, &response, &header, false) {
         Ok(Outcome::Answer(answer)) => answer,
@@ -217,11 +223,14 @@ fn read_queue(
     header: &PullMessageRequestHeader,
 ) -> Result<QueueRead, Refusal> {
     let filter = filter_for(broker, header)?;
-    let max_messages = header.max_msg_nums.clamp(1, PULL_MESSAGES_MAX) as u32;
+    // As many whole messages as `maxTransferCountOnMessageInMemory` and
+    // `maxTransferBytesOnMessageInMemory` allow (and what the client asks, if less); the store
+    // hands out the first one whatever its size.
+    let max_messages = (header.max_msg_nums.max(1) as u32).min(broker.config.transfer_count_max);
     let max_bytes = header
         .max_msg_bytes
-        .unwrap_or(PULL_BYTES_MAX)
-        .clamp(1, PULL_BYTES_MAX) as u32;
+        .map_or(u32::MAX, |bytes| bytes.max(1) as u32);
+    let max_bytes = max_bytes.min(broker.config.transfer_bytes_max);
     let queue_id = header.queue_id as u32;
     let below_zero = (header.queue_offset < 0)
         .then(|| broker.store.bounds(&header.topic, queue_id))

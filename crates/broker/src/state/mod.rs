@@ -14,6 +14,7 @@ use quiver_wire::code::request_code;
 use quiver_wire::{Encoding, ExtFields};
 use tokio::sync::Notify;
 
+use crate::budget::Budget;
 use crate::clients::ClientTable;
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
@@ -178,6 +179,8 @@ pub struct Broker {
     /// Master/slave replication: what a SYNC_MASTER's sends wait for, a slave's master.
     replication: Arc<Replication>,
     counters: Counters,
+    /// The bytes all connections' requests and answers hold (`quiverBrokerBytesMax`).
+    budget: Arc<Budget>,
     started_ms: i64,
     register_now: Notify,
     next_queue: AtomicU32,
@@ -420,6 +423,7 @@ impl Broker {
                 arrival_replication.log_grew();
             },
         ));
+        let budget = Budget::new("quiverBrokerBytesMax", config.broker_bytes_max);
         Broker {
             live: LiveConfig::from(&config),
             config,
@@ -437,6 +441,7 @@ impl Broker {
             ha_host,
             replication,
             counters: Counters::default(),
+            budget,
             started_ms: now_ms,
             register_now: Notify::new(),
             next_queue: AtomicU32::new(0),

@@ -5,10 +5,12 @@
 //! list does not compile. Each part still does its own locking: a view adds none.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use quiver_store::Store;
 
 use super::{Broker, Counters, LiveConfig};
+use crate::budget::Budget;
 use crate::clients::ClientTable;
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
@@ -58,6 +60,8 @@ pub struct Pulling<'a> {
     pub pop: &'a PopState,
     pub replication: &'a Replication,
     pub counters: &'a Counters,
+    /// The broker's byte budget: a parked pull waits for room before it reads.
+    pub budget: &'a Budget,
 }
 
 /// Who consumes what (`handler/client.rs`, `group.rs`, `lock.rs`, `assignment.rs`): clients
@@ -88,6 +92,8 @@ pub struct Popping<'a> {
     pub waiters: &'a PullWaiters,
     pub pop: &'a PopState,
     pub counters: &'a Counters,
+    /// The broker's byte budget: a parked pop waits for room before it reads.
+    pub budget: &'a Budget,
     /// For the methods below, which reach parts of the broker that this view does not hand out
     /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
@@ -113,6 +119,8 @@ pub struct Administering<'a> {
     pub replication: &'a Replication,
     pub counters: &'a Counters,
     pub started_ms: i64,
+    /// The bytes connections' requests and answers hold, for runtime info.
+    pub budget: &'a Budget,
     /// For the methods below, which reach parts of the broker that this view does not hand out
     /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
@@ -145,6 +153,8 @@ pub struct Serving<'a> {
     pub config: &'a BrokerConfig,
     pub store: &'a Store,
     pub replication: &'a Replication,
+    /// The bytes all connections' requests and answers hold.
+    pub budget: &'a Arc<Budget>,
     /// For the methods below, which reach parts of the broker that this view does not hand out
     /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
@@ -226,6 +236,7 @@ impl Broker {
             pop: &self.pop,
             replication: &self.replication,
             counters: &self.counters,
+            budget: &self.budget,
         }
     }
 
@@ -251,6 +262,7 @@ impl Broker {
             waiters: &self.waiters,
             pop: &self.pop,
             counters: &self.counters,
+            budget: &self.budget,
             broker: self,
         }
     }
@@ -271,6 +283,7 @@ impl Broker {
             replication: &self.replication,
             counters: &self.counters,
             started_ms: self.started_ms,
+            budget: &self.budget,
             broker: self,
         }
     }
@@ -297,6 +310,7 @@ impl Broker {
             config: &self.config,
             store: &self.store,
             replication: &self.replication,
+            budget: &self.budget,
             broker: self,
         }
     }

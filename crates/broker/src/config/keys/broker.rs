@@ -390,4 +390,67 @@ pub(in crate::config) static BROKER: &[Key] = &[
         },
         print: |printing| printing.config.max_message_bytes.to_string(),
     },
+    Key {
+        name: "maxTransferBytesOnMessageInMemory",
+        aliases: &[],
+        group: Group::Limits,
+        default: "262144",
+        follows: None,
+        doc: "The most one pull, pop or peek answer carries (bytes; 256 KiB): as many whole \
+              messages as fit, and always at least one, whatever its size.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1024, 16 * 1024 * 1024)
+                .map(|bytes| reading.config.transfer_bytes_max = bytes)
+        },
+        print: |printing| printing.config.transfer_bytes_max.to_string(),
+    },
+    Key {
+        name: "maxTransferCountOnMessageInMemory",
+        aliases: &[],
+        group: Group::Limits,
+        default: "32",
+        follows: None,
+        doc: "The most messages one pull answer carries, whatever the client asks for.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 65_536)
+                .map(|count| reading.config.transfer_count_max = count)
+        },
+        print: |printing| printing.config.transfer_count_max.to_string(),
+    },
+    Key {
+        name: "quiverConnectionBytesMax",
+        aliases: &[],
+        group: Group::Limits,
+        default: "16777216",
+        follows: None,
+        doc: "The bytes of requests and answers one connection may hold (16 MiB): past it the \
+              broker reads nothing more from it until its answers are written.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(64 * 1024, 1 << 40)
+                .map(|bytes| reading.config.connection_bytes_max = bytes)
+        },
+        print: |printing| printing.config.connection_bytes_max.to_string(),
+    },
+    Key {
+        name: "quiverBrokerBytesMax",
+        aliases: &[],
+        group: Group::Limits,
+        default: "268435456",
+        follows: None,
+        doc: "The bytes of requests and answers all connections together may hold (256 MiB): \
+              past it the broker reads from no connection until answers are written.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1024 * 1024, 1 << 40)
+                .map(|bytes| reading.config.broker_bytes_max = bytes)
+        },
+        print: |printing| printing.config.broker_bytes_max.to_string(),
+    },
 ];

@@ -1,0 +1,143 @@
+//! Hostile and careless peers against a real `quiver up`: what they can make the broker hold is
+//! bounded in bytes, and a well-behaved client is served meanwhile.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use quiver_testkit::{pull_header, wait_until, QuiverProcess, SendOptions, WireClient};
+use quiver_wire::body::{self, KvTable};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::header::pull_sys_flag;
+use quiver_wire::{encode_frame, Command, Encoding};
+
+const MIB: u64 = 1024 * 1024;
+/// The default `quiverConnectionBytesMax`.
+const CONNECTION_BYTES_MAX: u64 = 16 * MIB;
+
+fn runtime_info(client: &mut WireClient) -> KvTable {
+    let request = Command::request(request_code::GET_BROKER_RUNTIME_INFO, Encoding::Json);
+    let answer = client.call(request).expect("runtime info");
+    assert_eq!(answer.code, response_code::SUCCESS);
+    body::from_json(&answer.body).expect("runtime info body")
+}
+
+fn bytes_held(client: &mut WireClient) -> u64 {
+    let info = runtime_info(client);
+    info.table["quiverBytesHeld"].parse().expect("a number")
+}
+
+/// `count` pull requests for the first message of `topic`, back to back, as one buffer.
+fn pipelined_pulls(topic: &str, count: i32) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    for opaque in 0..count {
+        let header = quiver_wire::header::PullMessageRequestHeader {
+            queue_offset: 0,
+            max_msg_nums: 32,
+            sys_flag: pull_sys_flag::SUBSCRIPTION,
+            ..pull_header(topic, "slow_readers", 0)
+        };
+        let request = Command::request(request_code::PULL_MESSAGE, Encoding::Json)
+            .with_ext(header.to_ext())
+            .with_opaque(opaque + 1);
+        encode_frame(&request, &mut out).expect("encode");
+    }
+    out.to_vec()
+}
+
+/// Four connections pipeline thousands of pulls of a 4 MB message and read none of the answers
+/// (once, this took a broker from 81 MiB to 12.8 GiB in 20 s): each stops being read at its
+/// byte budget, the broker stays far below 1 GiB, and another client sends and pulls meanwhile.
+#[test]
+fn slow_readers_pipelining_pulls_of_a_large_message_are_held_to_their_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quiver: QuiverProcess = common::up(dir.path());
+    let mut good = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
+    assert_eq!(
+        good.create_topic("Big", 1).expect("create").code,
+        response_code::SUCCESS
+    );
+    let options = SendOptions::default();
+    let big = vec![b'b'; 4_000_000];
+    let sent = good.send("Big", &big, &options).expect("send");
+    assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+
+    let pulls = pipelined_pulls("Big", 2_000);
+    let mut hostile = Vec::new();
+    for _ in 0..4 {
+        let stream = TcpStream::connect(quiver.broker()).expect("connect");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(2)))
+            .expect("write timeout");
+        let pulls = pulls.clone();
+        let writer = stream.try_clone().expect("clone");
+        hostile.push(stream);
+        // The broker stops reading: the write ends in its timeout, which is what we want.
+        std::thread::spawn(move || {
+            let mut writer = writer;
+            let _ = writer.write_all(&pulls);
+        });
+    }
+    // Each connection fills its budget and is read no further.
+    let held = wait_until(Duration::from_secs(60), || {
+        let held = bytes_held(&mut good);
+        (held >= 4 * CONNECTION_BYTES_MAX).then_some(held)
+    })
+    .expect("the slow readers fill their budgets");
+    // Past its budget a connection takes at most one more answer (4 MB) and a read's frames.
+    assert!(
+        held <= 4 * (CONNECTION_BYTES_MAX + 5 * MIB),
+        "{held} bytes held"
+    );
+    let rss = quiver.rss_bytes().expect("rss");
+    assert!(rss < 512 * MIB, "the broker holds {} MiB", rss / MIB);
+
+    // A well-behaved client is served all the while.
+    let sent = good.send("Big", b"small", &options).expect("send");
+    assert_eq!(sent.code, response_code::SUCCESS);
+    let pulled = good.pull("Big", "good_group", 0, 1, 32, 0).expect("pull");
+    assert_eq!(pulled.code, response_code::SUCCESS);
+
+    // Gone, they hold nothing.
+    drop(hostile);
+    wait_until(Duration::from_secs(60), || {
+        (bytes_held(&mut good) < MIB).then_some(())
+    })
+    .expect("closed connections let their bytes go");
+}
+
+/// Eight bytes that announce a 16 MiB frame, on many connections, make the broker hold what
+/// arrived, not what was announced.
+#[test]
+fn announced_frames_that_never_come_hold_no_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quiver: QuiverProcess = common::up(dir.path());
+    let mut good = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
+    let before = quiver.rss_bytes().expect("rss");
+    let prefix = [0x00, 0xff, 0xff, 0xf0, 0, 0, 0, 0];
+    let mut open = Vec::new();
+    for _ in 0..200 {
+        let mut stream = TcpStream::connect(quiver.broker()).expect("connect");
+        stream.write_all(&prefix).expect("write");
+        open.push(stream);
+    }
+    // Every connection has been read once the broker answers a request sent after them all.
+    assert_eq!(runtime_info(&mut good).table["brokerActive"], "true");
+    wait_until(Duration::from_secs(30), || {
+        let info = runtime_info(&mut good);
+        let held: u64 = info.table["quiverBytesHeld"].parse().ok()?;
+        (held >= 200 * 8).then_some(())
+    })
+    .expect("each prefix is read and counted");
+    let after = quiver.rss_bytes().expect("rss");
+    // 200 x 16 MiB would be 3.2 GiB.
+    assert!(
+        after < before + 100 * MIB,
+        "{} MiB before, {} MiB after",
+        before / MIB,
+        after / MIB
+    );
+}
