@@ -725,3 +725,94 @@ async fn a_pop_stops_at_the_byte_cap_in_whole_messages() {
     }
     assert_eq!(total, 16);
 }
+
+fn batch_ack_request(topic: &str, queue_id: i32, start_offset: i64, bits: &[u8]) -> Command {
+    use base64_bits::encode;
+    let body = body::BatchAckMessageRequestBody {
+        broker_name: "broker-a".into(),
+        acks: vec![body::BatchAck {
+            consumer_group: GROUP.into(),
+            topic: topic.into(),
+            retry: "0".into(),
+            start_offset,
+            queue_id,
+            revive_queue_id: 0,
+            pop_time: 0,
+            invisible_time: 60_000,
+            bit_set: encode(bits),
+        }],
+    };
+    Command::request(request_code::BATCH_ACK_MESSAGE, Encoding::Json)
+        .with_body(body::to_json(&body))
+}
+
+/// Standard base64 with padding, as java.util.Base64 writes a BitSet's bytes.
+mod base64_bits {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn encode(bytes: &[u8]) -> String {
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+}
+
+/// BATCH_ACK_MESSAGE acknowledges the offsets its bit set names (they do not come back), and
+/// a bit set spanning more offsets than a batch may is refused before anything is taken.
+#[tokio::test]
+async fn a_batch_ack_acknowledges_its_bits_and_a_huge_bit_set_is_refused() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.create_topic("Batch", 1).await.code,
+        response_code::SUCCESS
+    );
+    for i in 0..8 {
+        let sent = h
+            .send("Batch", format!("m{i}").as_bytes(), &on_queue(0))
+            .await;
+        assert_eq!(sent.code, response_code::SUCCESS);
+    }
+    let popped = h.call(pop_request("Batch", 32, 30_000)).await;
+    assert_eq!(messages(&popped).len(), 8);
+
+    let huge = vec![0xffu8; 1 << 20];
+    let refused = h.call(batch_ack_request("Batch", 0, 0, &huge)).await;
+    assert_eq!(
+        refused.code,
+        response_code::INVALID_PARAMETER,
+        "{:?}",
+        refused.remark
+    );
+    assert_eq!(
+        h.broker.popping().offsets.get("Batch", GROUP, 0),
+        Some(0),
+        "nothing acked"
+    );
+
+    // Offsets 0 to 5: bits 0..6.
+    let acked = h
+        .call(batch_ack_request("Batch", 0, 0, &[0b0011_1111]))
+        .await;
+    assert_eq!(acked.code, response_code::SUCCESS, "{:?}", acked.remark);
+    assert_eq!(h.broker.popping().offsets.get("Batch", GROUP, 0), Some(6));
+    h.advance(30_001);
+    revive_due(h.broker.background(), h.now_ms);
+    let again = h.call(pop_request("Batch", 32, 30_000)).await;
+    let bodies: Vec<String> = messages(&again)
+        .iter()
+        .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+        .collect();
+    assert_eq!(bodies, ["m6", "m7"], "only the unacknowledged come back");
+}

@@ -99,3 +99,27 @@ async fn with_sync_flush_a_send_is_answered_once_an_fsync_covers_it() {
     assert_eq!(stats.flushed_position, stats.written_position);
     assert!(h.broker.sending().store.commitlog_fsyncs() > before);
 }
+
+/// Every word of KEYS becomes an index entry: a message may carry 64, and one with more is
+/// refused before anything is stored.
+#[tokio::test]
+async fn a_message_with_more_keys_than_may_be_indexed_is_refused() {
+    let h = Harness::new();
+    assert_eq!(h.create_topic("Keys", 1).await.code, response_code::SUCCESS);
+    let words = |n: usize| {
+        (0..n)
+            .map(|i| format!("k{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let with_keys = |n| SendOptions {
+        keys: Some(words(n)),
+        ..SendOptions::default()
+    };
+    let sent = h.send("Keys", b"ok", &with_keys(64)).await;
+    assert_eq!(sent.code, response_code::SUCCESS, "{:?}", sent.remark);
+    let refused = h.send("Keys", b"too many", &with_keys(65)).await;
+    assert_eq!(refused.code, response_code::MESSAGE_ILLEGAL);
+    assert!(refused.remark.unwrap_or_default().contains("65 words"));
+    assert_eq!(h.broker.pulling().store.bounds("Keys", 0).max_offset, 1);
+}

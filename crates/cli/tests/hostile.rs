@@ -141,3 +141,42 @@ fn announced_frames_that_never_come_hold_no_memory() {
         after / MIB
     );
 }
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+/// A process on a SYNC_MASTER's HA port that reports positions it was never sent (first a
+/// valid start, then far past the master's log) confirms nothing: sends are not SEND_OK.
+#[test]
+fn a_fake_slave_reporting_positions_it_was_never_sent_confirms_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ha_port = free_port();
+    let quiver = common::up_with_config(
+        dir.path(),
+        &format!("brokerRole=SYNC_MASTER\nhaListenPort={ha_port}\nslaveTimeout=1000\n"),
+    );
+    let mut producer = WireClient::connect(quiver.broker(), Encoding::Json).expect("connect");
+    assert_eq!(
+        producer.create_topic("Guarded", 1).expect("create").code,
+        response_code::SUCCESS
+    );
+    let options = SendOptions::default();
+    let mut fake = TcpStream::connect(("127.0.0.1", ha_port)).expect("connect to the HA port");
+    fake.write_all(&0u64.to_be_bytes()).expect("report");
+    for i in 0..5 {
+        // Whatever the fake reports, it was sent at most the log so far.
+        let _ = fake.write_all(&(1u64 << 40).to_be_bytes());
+        let sent = producer
+            .send("Guarded", format!("m{i}").as_bytes(), &options)
+            .expect("send");
+        assert!(
+            sent.code == response_code::FLUSH_SLAVE_TIMEOUT
+                || sent.code == response_code::SLAVE_NOT_AVAILABLE,
+            "answered {} ({:?}) with only a fake slave",
+            sent.code,
+            sent.remark
+        );
+    }
+}

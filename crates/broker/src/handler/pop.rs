@@ -26,6 +26,10 @@ use crate::topic::{validate_group_name, PERM_READ};
 pub(super) const POP_MESSAGES_MAX: i32 = 32;
 /// Clients time a pop out after pollTime + 10 s; hold no longer than this.
 pub(super) const POLL_MS_MAX: i64 = 25_000;
+/// The offsets one BATCH_ACK_MESSAGE's bit sets may span in all: each set bit is a removal
+/// under a pop shard's lock, so a body of any size must not hold the lock for seconds. A Java
+/// client's batch covers the messages of a few pops (32 each at most), far below this.
+const BATCH_ACK_BITS_MAX: usize = 65_536;
 /// The only revive queue: the handle carries it, and Quiver needs no more.
 pub(super) const REVIVE_QID: i32 = 0;
 /// The retry flag of the offset infos of messages read from the consumed topic.
@@ -636,13 +640,26 @@ pub fn ack(call: &Call, request: &Command) -> Handled {
 pub fn batch_ack(call: &Call, request: &Command) -> Handled {
     let batch: BatchAckMessageRequestBody = body::from_json(&request.body)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
-    for entry in batch.acks {
-        let retry = RetryFlag::parse(&entry.retry)
-            .map_err(|error| Refusal::new(response_code::INVALID_PARAMETER, error.to_string()))?;
-        let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, retry)?;
+    let mut decoded = Vec::with_capacity(batch.acks.len());
+    let mut span_bits = 0usize;
+    for entry in &batch.acks {
         let bits = decode_base64(&entry.bit_set).ok_or_else(|| {
             Refusal::new(response_code::INVALID_PARAMETER, "bit set is not base64")
         })?;
+        span_bits += bits.len() * 8;
+        if span_bits > BATCH_ACK_BITS_MAX {
+            let remark = format!(
+                "a batch ack's bit sets span more than {BATCH_ACK_BITS_MAX} offsets: ack in \
+                 smaller batches"
+            );
+            return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
+        }
+        decoded.push(bits);
+    }
+    for (entry, bits) in batch.acks.into_iter().zip(decoded) {
+        let retry = RetryFlag::parse(&entry.retry)
+            .map_err(|error| Refusal::new(response_code::INVALID_PARAMETER, error.to_string()))?;
+        let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, retry)?;
         let offsets = bits.iter().enumerate().flat_map(|(byte_index, byte)| {
             (0..8)
                 .filter(move |bit| byte & (1 << bit) != 0)

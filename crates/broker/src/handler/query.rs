@@ -7,14 +7,38 @@ use quiver_wire::header::{
 };
 use quiver_wire::Command;
 
-use super::{answer, Call, Handled, Refusal};
+use super::{answer, Call, Handled, Refusal, Reply};
+use crate::state::Administering;
 
 /// Java's default cap on messages returned by one query.
 const QUERY_MESSAGES_MAX: i32 = 64;
 
 pub fn by_key(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker.administering();
     let header = QueryMessageRequestHeader::from_ext(ext_or_err(request)?)?;
+    // A lookup reads index entries one by one along a hash chain: on a blocking thread, so a
+    // long chain (keys that collide) holds no runtime worker that answers sends.
+    let broker = call.broker.clone();
+    let response = request.response_to(response_code::SUCCESS);
+    let now_ms = call.now_ms;
+    Ok(Reply::Wait(Box::pin(async move {
+        let answer_to = response.clone();
+        let looked_up = tokio::task::spawn_blocking(move || {
+            let answer = look_up(broker.administering(), &header, now_ms, response.clone());
+            answer.unwrap_or_else(|refusal| refusal.into_response(&response))
+        });
+        looked_up.await.unwrap_or_else(|error| {
+            let remark = format!("the key lookup failed: {error}");
+            Refusal::new(response_code::SYSTEM_ERROR, remark).into_response(&answer_to)
+        })
+    })))
+}
+
+fn look_up(
+    broker: Administering<'_>,
+    header: &QueryMessageRequestHeader,
+    now_ms: i64,
+    response: Command,
+) -> Result<Command, Refusal> {
     let max = header.max_num.clamp(1, QUERY_MESSAGES_MAX) as usize;
     let end_ms = if header.end_timestamp <= 0 {
         i64::MAX
@@ -40,16 +64,11 @@ pub fn by_key(call: &Call, request: &Command) -> Handled {
     }
     let stats = broker.store.stats();
     let response_header = QueryMessageResponseHeader {
-        index_last_update_timestamp: call.now_ms,
+        index_last_update_timestamp: now_ms,
         index_last_update_phyoffset: stats.written_position as i64,
     };
     let body: Vec<u8> = records.concat();
-    answer(
-        request
-            .response_to(response_code::SUCCESS)
-            .with_ext(response_header.to_ext())
-            .with_body(body),
-    )
+    Ok(response.with_ext(response_header.to_ext()).with_body(body))
 }
 
 pub fn by_position(call: &Call, request: &Command) -> Handled {

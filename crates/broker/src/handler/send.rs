@@ -36,6 +36,8 @@ const PROPERTIES_BYTES_MAX: usize = i16::MAX as usize;
 /// Room for a generated UNIQ_KEY property (32 hex digits and the name), so adding it and
 /// CLUSTER to a copy of the properties does not reallocate.
 const UNIQ_KEY_BYTES_MAX: usize = 48;
+/// The words of KEYS one message may have, each an entry in the key index.
+const KEYS_WORDS_MAX: usize = 64;
 /// The region and trace switch RocketMQ's broker writes into every message it stores (its
 /// `regionId` and `traceOn` defaults). A consumer with message trace on sends no trace record
 /// for a message without MSG_REGION.
@@ -373,6 +375,14 @@ impl RecordBuilder<'_> {
         }
         let tags = found.tags.map_or(0, tags_code);
         let keys = stored::keys_of(found.keys, Some(&uniq_key));
+        // Each word of KEYS is an index entry: a send may not make thousands.
+        if keys.len() > KEYS_WORDS_MAX + 1 {
+            let remark = format!(
+                "KEYS holds {} words; a message may have at most {KEYS_WORDS_MAX}",
+                keys.len() - 1
+            );
+            return Err(Refusal::new(response_code::MESSAGE_ILLEGAL, remark));
+        }
         let mut message = StoredMessage {
             queue_id: self.queue_id,
             flag,

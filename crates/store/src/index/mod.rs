@@ -34,6 +34,10 @@ use index_file::{
 /// How often `flush_if_due` makes the slots durable (RocketMQ flushes an index file only
 /// when it is full): after a crash, recovery reads the CommitLog back this far to re-add keys.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+/// The most entries one lookup walks along one file's chain for a slot (each a read of 20
+/// bytes): past it the older entries of that slot are not found. Keys hash into 5 million
+/// slots by default, so an honest chain is a handful of entries long.
+pub const CHAIN_STEPS_MAX: u32 = 100_000;
 
 /// Index files are named by the wall-clock time they were created at (see `index_file`).
 fn now_ms() -> i64 {
@@ -417,7 +421,9 @@ impl Index {
     }
 
     /// Calls `visit` with the position of each entry for `key_hash` whose time may lie in
-    /// [begin_ms, end_ms], newest first, until it returns false.
+    /// [begin_ms, end_ms], newest first, until it returns false. Walks at most
+    /// `CHAIN_STEPS_MAX` entries of each file's chain: keys made to share a slot cannot make
+    /// one lookup read the whole file.
     pub fn query(
         &self,
         key_hash: i32,
@@ -437,7 +443,7 @@ impl Index {
             let io_error = |e: io::Error| ReadError::io(&file.path, &e);
             let mut number = file.slot(slot).map_err(io_error)?;
             let mut steps = 0u32;
-            while number != 0 && number < self.entries_max && steps < self.entries_max {
+            while number != 0 && number < self.entries_max && steps < CHAIN_STEPS_MAX {
                 let entry = file.entry(number).map_err(io_error)?;
                 // timeDiff is truncated to seconds: the true time is in [time, time + 1 s).
                 let time = begin.saturating_add(i64::from(entry.time_diff_s) * 1000);
