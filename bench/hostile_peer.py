@@ -54,7 +54,7 @@ def slow_pulls(host, port, seconds):
                     b"h" * 4_000_000)
         assert sent["code"] == 0, sent
     pull = {"consumerGroup": "hostile", "topic": "HostileBig", "queueId": 0, "queueOffset": 0,
-            "maxMsgNums": 32, "sysFlag": 2, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
             "subscription": "*", "subVersion": 0, "expressionType": "TAG"}
     pulls = b"".join(frame(11, pull, opaque) for opaque in range(1, 2001))
     connections = []

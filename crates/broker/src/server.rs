@@ -36,7 +36,7 @@ const BODY_COPY_BYTES_MAX: usize = 16 * 1024;
 const WRITE_CHUNKS_MAX: usize = 64;
 /// Free space offered to a read: it starts small, so idle connections hold little, and doubles
 /// while reads fill it, so that a client with many requests in flight has them read at once.
-const READ_SPACE_MIN: usize = 16 * 1024;
+const READ_SPACE_MIN: usize = 4 * 1024;
 const READ_SPACE_MAX: usize = 256 * 1024;
 /// At shutdown, how long a connection that stopped reading waits for its answers to be written
 /// (a client that reads none of them is not waited for longer).
@@ -404,7 +404,8 @@ async fn write_frames(
     mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let mut buffer = BytesMut::with_capacity(64 * 1024);
+    // Grown by the answers it encodes: a connection that is answered little holds little.
+    let mut buffer = BytesMut::new();
     // What one write sends, in order: encoded frames, and large bodies where they already are.
     let mut chunks: Vec<Bytes> = Vec::new();
     // The in-flight permits of the answers being written: let go once they are written.
@@ -449,10 +450,10 @@ async fn write_frames(
         }
         permits.clear();
         helds.clear();
-        // The chunks were dropped, so the buffer's space is its own again.
-        buffer.reserve(64 * 1024);
+        // The chunks were dropped, so the buffer's space is its own again (the next encode
+        // takes it back); one a large batch grew is let go.
         if buffer.capacity() > 4 * WRITE_BATCH_BYTES_MAX {
-            buffer = BytesMut::with_capacity(64 * 1024);
+            buffer = BytesMut::new();
         }
     }
 }

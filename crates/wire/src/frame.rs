@@ -70,12 +70,12 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Command>, FrameError> {
     }
 
     if buf.len() < frame_bytes {
-        // Room for the rest of the frame, but no more than the bytes already here (or 64
-        // KiB): a prefix that announces 16 MiB must not make the reader hold 16 MiB before
-        // they come. The room doubles with what arrives, so a large frame is read with few
-        // reallocations all the same.
+        // Room for the rest of the frame, but no more than the bytes already here: a prefix
+        // that announces 16 MiB must not make the reader hold 16 MiB before they come. The
+        // room doubles with what arrives, so a large frame is read with few reallocations
+        // all the same.
         let rest = frame_bytes - buf.len();
-        buf.reserve(rest.min(buf.len().max(64 * 1024)));
+        buf.reserve(rest.min(buf.len()));
         return Ok(None);
     }
 
