@@ -81,6 +81,11 @@ impl Entry {
     }
 }
 
+/// A queue's files held still (`ConsumeQueue::hold_files`).
+pub struct HeldFiles<'a> {
+    _files: std::sync::RwLockWriteGuard<'a, BTreeMap<u64, Arc<File>>>,
+}
+
 pub struct ConsumeQueue {
     pub topic: String,
     pub queue_id: u32,
@@ -205,7 +210,7 @@ impl ConsumeQueue {
             // Writing through a handle never reaches a newer queue's files.
             return Ok(Some(file));
         }
-        // Created under the lock, so that `retire` cannot come between the check and the
+        // Created under the lock, so that `retire_held` cannot come between the check and the
         // creation of a file in what may by then be another queue's directory.
         let mut files = self.files.write().expect("consume queue lock poisoned");
         if self.retired.load(Ordering::Acquire) {
@@ -221,11 +226,21 @@ impl ConsumeQueue {
         Ok(Some(file))
     }
 
-    /// Marks the queue deleted (its topic was): from now on it creates and removes no files by
-    /// path. Handles already open stay usable for readers.
-    pub fn retire(&self) {
-        let _files = self.files.write().expect("consume queue lock poisoned");
+    /// Holds off every creation and removal of the queue's files (and readers' lookups) until
+    /// the guard is dropped or handed to `retire_held`: while its topic's deletion renames the
+    /// directory, a checkpoint's flush would otherwise try to create a file in a directory
+    /// that is gone, and take that for a failing disk.
+    pub fn hold_files(&self) -> HeldFiles<'_> {
+        HeldFiles {
+            _files: self.files.write().expect("consume queue lock poisoned"),
+        }
+    }
+
+    /// Marks the queue deleted (its topic was), its files held by `held`: from now on it
+    /// creates and removes no files by path. Handles already open stay usable for readers.
+    pub fn retire_held(&self, held: HeldFiles<'_>) {
         self.retired.store(true, Ordering::Release);
+        drop(held);
     }
 
     fn tail(&self) -> MutexGuard<'_, Tail> {

@@ -154,9 +154,18 @@ impl Queues {
             .map_err(|e| deletion_failed(topic, log.dir(), e))?;
         let dir = root.join(topic);
         let trash = root.join(deleted::trash_name(topic, position));
+        // Sorted, so that the locks are always taken in one order (nothing else holds two).
+        let mut doomed: Vec<Arc<ConsumeQueue>> = {
+            let map = self.map.read().expect("queue map lock poisoned");
+            map.get(topic)
+                .map(|queues| queues.values().cloned().collect())
+                .unwrap_or_default()
+        };
+        doomed.sort_by_key(|queue| queue.queue_id);
+        let held: Vec<_> = doomed.iter().map(|queue| queue.hold_files()).collect();
         let renamed = move_to_trash(topic, root, &dir, &trash)?;
         let (next, listed_ok) = self.list_deletion(topic, position, log, &dir, &trash, renamed)?;
-        let removed = self.retire_queues(topic);
+        let removed = self.retire_queues(topic, &doomed, held);
         *self.deletions.write().expect("deletions lock poisoned") = next;
         if renamed && listed_ok {
             // Left over, the directory is removed by the next open.
@@ -203,18 +212,23 @@ impl Queues {
         Ok((next, listed_ok))
     }
 
-    /// Takes the topic's queues out of the map and retires them: retention and the checkpoint
-    /// writer may hold them still, and retired, they leave the directory (where the topic may
-    /// be created again) alone.
-    fn retire_queues(&self, topic: &str) -> HashMap<u32, Arc<ConsumeQueue>> {
+    /// Takes the topic's queues out of the map and retires them (`doomed`, whose files `held`
+    /// holds): retention and the checkpoint writer may hold them still, and retired, they
+    /// leave the directory (where the topic may be created again) alone.
+    fn retire_queues(
+        &self,
+        topic: &str,
+        doomed: &[Arc<ConsumeQueue>],
+        held: Vec<consume_queue::HeldFiles<'_>>,
+    ) -> HashMap<u32, Arc<ConsumeQueue>> {
         let removed = self
             .map
             .write()
             .expect("queue map lock poisoned")
             .remove(topic)
             .unwrap_or_default();
-        for queue in removed.values() {
-            queue.retire();
+        for (queue, held) in doomed.iter().zip(held) {
+            queue.retire_held(held);
         }
         removed
     }

@@ -64,7 +64,7 @@ fn a_retired_queue_leaves_its_successors_files_alone() {
     old.publish(7);
     old.flush().expect("flush");
     // The deletion: retired, then its directory renamed away.
-    old.retire();
+    old.retire_held(old.hold_files());
     std::fs::rename(dir.path().join("T"), dir.path().join("T.deleted-700")).expect("rename");
     let new = ConsumeQueue::open(dir.path(), "T", 0, 3).expect("open again");
     let new_entries: Vec<u8> = (0..5).flat_map(entry_at).collect();
