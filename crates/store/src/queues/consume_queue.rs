@@ -411,11 +411,15 @@ impl ConsumeQueue {
     /// Writes the tail to the file and fsyncs the files holding entries written since the
     /// last call, published or not: the appender publishes a queue's max offset only after the
     /// CommitLog's written position, which the checkpoint reads first and then vouches for.
-    pub fn flush(&self) -> io::Result<()> {
+    /// On failure, with the path of the file that failed, nothing counts as flushed: the tail
+    /// keeps what it could not write and the next call fsyncs the same files again.
+    pub fn flush(&self) -> Result<(), (PathBuf, io::Error)> {
         let published = self.max_offset.load(Ordering::Acquire);
         let written = {
             let mut tail = self.tail();
-            self.write_out(&mut tail)?;
+            let first = tail.first;
+            self.write_out(&mut tail)
+                .map_err(|e| (self.path_for(first), e))?;
             tail.first
         };
         let max = published.max(written);
@@ -427,15 +431,15 @@ impl ConsumeQueue {
         let last_file = (max - 1) / self.entries_per_file;
         // The files that exist in the range, not every number in it: a damaged record can
         // leave an entry at an absurd offset, and counting up to it would never end.
-        let files: Vec<Arc<File>> = self
+        let files: Vec<(u64, Arc<File>)> = self
             .files
             .read()
             .expect("consume queue lock poisoned")
             .range(first_file..=last_file)
-            .map(|(_, file)| Arc::clone(file))
+            .map(|(number, file)| (*number, Arc::clone(file)))
             .collect();
-        for file in files {
-            file.sync_data()?;
+        for (number, file) in files {
+            file.sync_data().map_err(|e| (self.file_path(number), e))?;
         }
         self.flushed_offset.store(max, Ordering::Release);
         Ok(())
