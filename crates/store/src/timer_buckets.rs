@@ -26,6 +26,11 @@ const SUFFIX: &str = ".bucket";
 pub struct TimerBuckets {
     dir: PathBuf,
     touched: BTreeSet<i64>,
+    /// The first fsync that failed since opening. The appends it covered may be on pages a
+    /// failed writeback dropped, and a later fsync that succeeds says nothing of them: every
+    /// later `sync` fails too, so the wheel's checkpoint stays where it was and its next open
+    /// indexes those entries again from the timer queue.
+    sync_failed: Option<String>,
 }
 
 impl TimerBuckets {
@@ -35,6 +40,7 @@ impl TimerBuckets {
         Ok(TimerBuckets {
             dir,
             touched: BTreeSet::new(),
+            sync_failed: None,
         })
     }
 
@@ -105,7 +111,22 @@ impl TimerBuckets {
     }
 
     /// fsyncs every bucket appended to since the last call, and the directory of new ones.
+    /// Once one fails, every later call fails (see `sync_failed`).
     pub fn sync(&mut self) -> io::Result<()> {
+        if let Some(reason) = &self.sync_failed {
+            return Err(io::Error::other(format!(
+                "an fsync of the timer buckets failed since they were opened ({reason}): the \
+                 entries it covered are indexed again from the timer queue after a restart"
+            )));
+        }
+        let synced = self.sync_touched();
+        if let Err(e) = &synced {
+            self.sync_failed = Some(e.to_string());
+        }
+        synced
+    }
+
+    fn sync_touched(&mut self) -> io::Result<()> {
         let synced_any = !self.touched.is_empty();
         while let Some(&bucket) = self.touched.first() {
             let path = self.path(bucket);
