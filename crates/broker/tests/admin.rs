@@ -70,6 +70,13 @@ async fn runtime_info_counts_uptime_on_the_call_clock() {
         table.table["runtime"],
         "[ 0 days, 0 hours, 1 minutes, 30 seconds ]"
     );
+    // A healthy disk: sends are taken and no store file has failed a write.
+    assert_eq!(table.table["storeUnwritable"], "false");
+    assert_eq!(table.table["storeUnwritableReason"], "");
+    assert_eq!(table.table["storeIoErrors"], "0");
+    assert_eq!(table.table["storeIoErrorsCommitLog"], "0");
+    assert_eq!(table.table["storeIoErrorsTimer"], "0");
+    assert!(!table.table.contains_key("storeIoLastErrorCommitLog"));
 }
 
 fn update_config(text: &str) -> Command {

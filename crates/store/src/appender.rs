@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::durability::group_commit::SyncBatch;
+use crate::faults::{FileKind, IoFaults, IoOp};
 use crate::index::{Index, KeyEntry};
 use crate::log::Writer;
 use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
@@ -129,6 +130,8 @@ pub struct Appender {
     restarts: Vec<(usize, u64)>,
     /// Set when a rollback failed: the files no longer match memory, so refuse further writes.
     broken: Option<String>,
+    /// Where failed ConsumeQueue writes are recorded (the log and the index record their own).
+    faults: IoFaults,
 }
 
 impl Appender {
@@ -138,6 +141,7 @@ impl Appender {
         index: Arc<Index>,
         commitlog_bytes_max: u64,
         sync_timeout: Option<Duration>,
+        faults: IoFaults,
     ) -> Appender {
         Appender {
             commitlog,
@@ -155,6 +159,7 @@ impl Appender {
             keys: Vec::new(),
             restarts: Vec::new(),
             broken: None,
+            faults,
         }
     }
 
@@ -269,7 +274,14 @@ impl Appender {
         if let Some(i) = self.writer_of.get(topic).and_then(|m| m.get(&queue_id)) {
             return Ok(*i);
         }
-        let queue = self.queues.get_or_create(topic, queue_id)?;
+        let queue = self
+            .queues
+            .get_or_create(topic, queue_id)
+            .inspect_err(|e| {
+                let dir = self.queues.dir_of(topic, queue_id);
+                self.faults
+                    .record(FileKind::ConsumeQueue, IoOp::Create, &dir, e);
+            })?;
         let next_offset = queue.bounds().1;
         self.writers.push(QueueWriter {
             queue,
@@ -385,9 +397,14 @@ impl Appender {
     fn write_dispatched(&mut self, end: u64) -> io::Result<()> {
         for &w in &self.touched {
             let writer = &self.writers[w];
-            writer
-                .queue
-                .write_entries(writer.pending_first, &writer.pending)?;
+            let queue = &writer.queue;
+            queue
+                .write_entries(writer.pending_first, &writer.pending)
+                .inspect_err(|e| {
+                    let path = queue.path_for(writer.pending_first);
+                    self.faults
+                        .record(FileKind::ConsumeQueue, IoOp::Write, &path, e);
+                })?;
         }
         self.index.add(&self.keys)?;
         self.index.indexed_up_to(end);
@@ -415,6 +432,9 @@ impl Appender {
             writer.next_offset = published_offset;
             writer.touched = false;
             if let Err(e) = writer.queue.discard_from(published_offset) {
+                let path = writer.queue.path_for(published_offset);
+                self.faults
+                    .record(FileKind::ConsumeQueue, IoOp::Truncate, &path, &e);
                 failures.push(e.to_string());
             }
         }

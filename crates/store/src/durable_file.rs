@@ -12,6 +12,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::faults::{FileKind, IoFaults, IoOp};
+
 /// Replaces the file at `path` with `bytes` so that a crash leaves the old or the new content:
 /// written to `<path>.tmp`, fsynced, renamed over, directory fsynced.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -98,10 +100,18 @@ impl SnapshotFile {
     }
 
     /// Writes the snapshot `take` returns, taken under the lock; nothing when it returns None.
+    /// A failure is also recorded in the faults of the store holding the file.
     pub fn write(&self, take: impl FnOnce() -> Option<Vec<u8>>) -> io::Result<()> {
         let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         match take() {
-            Some(bytes) => replace_keeping_backup(&self.path, &bytes),
+            Some(bytes) => replace_keeping_backup(&self.path, &bytes).inspect_err(|e| {
+                IoFaults::for_path(&self.path).record(
+                    FileKind::Config,
+                    IoOp::Replace,
+                    &self.path,
+                    e,
+                )
+            }),
             None => Ok(()),
         }
     }

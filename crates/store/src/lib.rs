@@ -3,7 +3,8 @@
 //!
 //! Layers, lowest first, each a type with private state reached through its methods:
 //! - `record`: the stored-message layout; `durable_file`: atomic replacement and directory
-//!   fsyncs.
+//!   fsyncs; `faults`: the record of failed writes and fsyncs, which every layer reports to and
+//!   which refuses appends while the disk fails them.
 //! - `log::Log` (`log/`): CommitLog segments, the written, flushed and min positions, fsync and
 //!   its failures, zero-filling ahead of the writer (`prealloc`), damaged ranges; its `Writer`
 //!   writes the CommitLog.
@@ -20,6 +21,7 @@
 mod appender;
 mod durability;
 pub mod durable_file;
+mod faults;
 mod index;
 mod log;
 mod memory;
@@ -29,6 +31,11 @@ mod recovery;
 mod retention;
 mod timer_buckets;
 mod types;
+
+/// The `LD_PRELOAD` shim that puts real EIO and ENOSPC under the unit tests of flushes.
+#[cfg(test)]
+#[path = "../../testkit/src/io_faults.rs"]
+mod io_faults_shim;
 
 use std::sync::mpsc;
 use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockError};
@@ -45,6 +52,8 @@ use appender::Appender;
 /// The checkpoint file's reader, for tools and tests that look at a store from outside.
 pub use durability::checkpoint::{read as read_checkpoint, Checkpoint};
 use durability::{flusher, Durability, GroupCommit};
+use faults::IoFaults;
+pub use faults::{Fault, FaultReport, FileKind, KindFaults, Unwritable};
 use index::Index;
 use log::{prealloc, Log};
 use memory::MemoryQueues;
@@ -82,6 +91,8 @@ struct Inner {
     queues: Arc<Queues>,
     index: Arc<Index>,
     durability: Arc<Durability>,
+    /// Failed writes and fsyncs, and whether they stop appends now.
+    faults: IoFaults,
     /// The rings of the topics kept in memory, which the log never sees.
     memory: MemoryQueues,
     /// Requests waiting for the appender.
@@ -138,7 +149,10 @@ impl Inner {
                 } else if !queue.open {
                     refused.push((AppendError::Closed, append.done));
                 } else if self.memory.any_topic() && self.holds_in_memory(&append) {
+                    // A ring needs no disk: it takes appends while the disk fails.
                     in_memory.push(append);
+                } else if let Some(error) = self.not_writable() {
+                    refused.push((error, append.done));
                 } else if queue.jobs.len() >= self.queue_capacity {
                     let queued_requests = queue.jobs.len();
                     refused.push((AppendError::Busy { queued_requests }, append.done));
@@ -154,6 +168,19 @@ impl Inner {
         for append in in_memory {
             self.append_in_memory(append);
         }
+    }
+
+    /// Why appends to the log are refused now, if they are: a write or fsync of a file they
+    /// rest on failed and no probe write has succeeded since (`faults`).
+    fn not_writable(&self) -> Option<AppendError> {
+        if !self.faults.refuses_appends() {
+            return None;
+        }
+        let reason = self.faults.unwritable().map_or_else(
+            || "a write to the disk failed".to_string(),
+            |u| u.to_string(),
+        );
+        Some(AppendError::NotWritable(reason))
     }
 
     /// Whether an append's records go to a ring (a request's records share one topic).
@@ -343,7 +370,8 @@ fn start_threads(
 impl Store {
     pub fn open(config: StoreConfig) -> Result<(Store, RecoveryReport), OpenError> {
         let flush = config.flush;
-        let (recovered, report) = recovery::recover(&config)?;
+        let faults = IoFaults::for_store(&config);
+        let (recovered, report) = recovery::recover(&config, &faults)?;
         let recovery::Recovered {
             log,
             queues,
@@ -360,6 +388,7 @@ impl Store {
             Arc::clone(&index),
             config.commitlog_bytes_max,
             sync,
+            faults.clone(),
         );
         let memory = MemoryQueues::open(config.memory_offsets_path.clone(), config.memory_limits)
             .map_err(|message| OpenError::Io {
@@ -385,6 +414,7 @@ impl Store {
                 queues,
                 index,
                 durability,
+                faults,
                 lock,
             }),
         };
@@ -396,7 +426,8 @@ impl Store {
     /// writes these too: flat combining). Each request's `done` runs once its records are
     /// durable under the flush mode: with async flush as soon as they are written, with sync
     /// flush once an fdatasync covers them. It runs on whichever thread wrote (or synced) the
-    /// request, or here for a refused one (invalid, `Busy` when the queue is full, `Closed`).
+    /// request, or here for a refused one (invalid, `Busy` when the queue is full,
+    /// `NotWritable` while a failed write or fsync stops appends to the log, `Closed`).
     ///
     /// With sync flush the returned `Commit` runs that fdatasync when it is dropped, so a
     /// caller may hold it for a moment (across one yield) to let other writers add their groups
@@ -445,10 +476,12 @@ impl Store {
             let mut appender = relock(inner.appender.lock());
             // Checked under the appender: `close` marks the queue closed before it takes the
             // appender to write the last groups, so a call that gets here first is flushed.
-            if inner.queue().open {
-                appender.append_replicated(position, bytes)
-            } else {
+            if !inner.queue().open {
                 Err(ReplicaError::Closed)
+            } else if let Some(error) = inner.not_writable() {
+                Err(ReplicaError::Io(error.to_string()))
+            } else {
+                appender.append_replicated(position, bytes)
             }
         };
         inner.write_queued();
@@ -673,6 +706,12 @@ impl Store {
         self.inner.log.stats()
     }
 
+    /// Failed writes and fsyncs of the store's files (and of the files the broker keeps under
+    /// its directories) by kind, the last of each, and whether appends are refused now.
+    pub fn io_faults(&self) -> FaultReport {
+        self.inner.faults.report()
+    }
+
     /// How many CommitLog fsync rounds have run (each may cover many requests).
     pub fn commitlog_fsyncs(&self) -> u64 {
         self.inner.log.fsyncs()
@@ -726,12 +765,16 @@ impl Store {
             .close()
             .map_err(|e| OpenError::io(memory_offsets, &e))?;
         let abort = &self.inner.config.abort_path;
+        let failed = |op, e: std::io::Error| {
+            self.inner.faults.record(FileKind::Metadata, op, abort, &e);
+            OpenError::io(abort, &e)
+        };
         match std::fs::remove_file(abort) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(OpenError::io(abort, &e)),
+            Err(e) => return Err(failed(faults::IoOp::Remove, e)),
         }
-        durable_file::sync_parent_dir(abort).map_err(|e| OpenError::io(abort, &e))?;
+        durable_file::sync_parent_dir(abort).map_err(|e| failed(faults::IoOp::Fsync, e))?;
         *closed = true;
         // Closed: the directory is free for the next open, even while this handle lives on.
         let _ = self.inner.lock.unlock();

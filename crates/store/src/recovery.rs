@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::durability::checkpoint::{self, Checkpoint};
 use crate::durability::Durability;
 use crate::durable_file::sync_parent_dir;
+use crate::faults::IoFaults;
 use crate::index::{Index, KeyEntry};
 use crate::log::commitlog::{segment_too_long, Segments};
 use crate::log::damaged::{self, BadRange};
@@ -110,7 +111,11 @@ fn lock_store(config: &StoreConfig) -> Result<std::fs::File, OpenError> {
     }
 }
 
-pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), OpenError> {
+/// Recovers the store `config` describes; its layers record their I/O faults in `faults`.
+pub fn recover(
+    config: &StoreConfig,
+    faults: &IoFaults,
+) -> Result<(Recovered, RecoveryReport), OpenError> {
     check_config(config)?;
     let mut report = RecoveryReport {
         crashed: config.abort_path.exists(),
@@ -132,6 +137,7 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
         config.index_entries_max,
         index_from,
         &mut report.problems,
+        faults.clone(),
     )?;
     let damaged_before = damaged::load(&config.damaged_path, &mut report.problems)
         .map_err(|e| OpenError::io(&config.damaged_path, &e))?;
@@ -157,8 +163,8 @@ pub fn recover(config: &StoreConfig) -> Result<(Recovered, RecoveryReport), Open
     let min_position = segments.first_base().unwrap_or(end);
     queues.tidy_deletions(min_position, end, &mut report.problems);
     let bad_ranges = store_damage(config, damaged_before, found, min_position)?;
-    let log = Log::new(segments, end, min_position, bad_ranges);
-    let recovered = make_durable(config, log, queues, index, lock)?;
+    let log = Log::new(segments, end, min_position, bad_ranges, faults.clone());
+    let recovered = make_durable(config, log, queues, index, lock, faults)?;
     Ok((recovered, report))
 }
 
@@ -252,6 +258,7 @@ fn make_durable(
     queues: Queues,
     index: Index,
     lock: File,
+    faults: &IoFaults,
 ) -> Result<Recovered, OpenError> {
     let log = Arc::new(log);
     let queues = Arc::new(queues);
@@ -261,6 +268,7 @@ fn make_durable(
         Arc::clone(&queues),
         Arc::clone(&index),
         config.checkpoint_path.clone(),
+        faults.clone(),
     ));
     durability.flush()?;
     let abort = &config.abort_path;

@@ -13,6 +13,7 @@ use std::io;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
+use crate::faults::{FileKind, IoOp};
 use crate::index::Index;
 use crate::log::Log;
 use crate::queues::Queues;
@@ -104,9 +105,12 @@ pub fn delete_expired(
     for queue in queues.all() {
         match queue.drop_below(min_position) {
             Ok(deleted) => report.consume_queue_files_deleted += deleted,
-            Err(e) => report
-                .problems
-                .push(retention_error(&queue.path_for(0), &e).to_string()),
+            Err(e) => {
+                let path = queue.path_for(0);
+                log.faults()
+                    .record(FileKind::ConsumeQueue, IoOp::Remove, &path, &e);
+                report.problems.push(retention_error(&path, &e).to_string())
+            }
         }
     }
     match index.delete_below(min_position) {

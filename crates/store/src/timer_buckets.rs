@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::durable_file;
+use crate::faults::{FileKind, IoFaults, IoOp};
 
 /// One entry: its due time in ms and its offset in the timer queue.
 pub type TimerEntry = (i64, u64);
@@ -25,6 +26,11 @@ const SUFFIX: &str = ".bucket";
 pub struct TimerBuckets {
     dir: PathBuf,
     touched: BTreeSet<i64>,
+    /// The first fsync that failed since opening. The appends it covered may be on pages a
+    /// failed writeback dropped, and a later fsync that succeeds says nothing of them: every
+    /// later `sync` fails too, so the wheel's checkpoint stays where it was and its next open
+    /// indexes those entries again from the timer queue.
+    sync_failed: Option<String>,
 }
 
 impl TimerBuckets {
@@ -34,6 +40,7 @@ impl TimerBuckets {
         Ok(TimerBuckets {
             dir,
             touched: BTreeSet::new(),
+            sync_failed: None,
         })
     }
 
@@ -72,39 +79,70 @@ impl TimerBuckets {
         Ok(bytes.chunks_exact(ENTRY_BYTES).map(decode).collect())
     }
 
+    /// Records a failed `op` on `path` in the faults of the store holding the bucket files.
+    fn record(&self, op: IoOp, path: &Path, error: io::Error) -> io::Error {
+        IoFaults::for_path(&self.dir).record(FileKind::Timer, op, path, &error);
+        error
+    }
+
     /// Adds entries at the end of a bucket (durable after the next `sync`).
     pub fn append(&mut self, bucket: i64, entries: &[TimerEntry]) -> io::Result<()> {
         let path = self.path(bucket);
-        let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-        // A torn entry from a crash would shift every later one: cut back to whole entries.
-        let len = file.metadata()?.len();
-        if len % ENTRY_BYTES as u64 != 0 {
-            file.set_len(len - len % ENTRY_BYTES as u64)?;
-        }
-        self.touched.insert(bucket);
-        file.write_all(&encode(entries))
+        let appended = (|| {
+            let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+            // A torn entry from a crash would shift every later one: cut back to whole entries.
+            let len = file.metadata()?.len();
+            if len % ENTRY_BYTES as u64 != 0 {
+                file.set_len(len - len % ENTRY_BYTES as u64)?;
+            }
+            self.touched.insert(bucket);
+            file.write_all(&encode(entries))
+        })();
+        appended.map_err(|e| self.record(IoOp::Write, &path, e))
     }
 
     /// Replaces a bucket's entries, durably (a crash leaves the old or the new ones).
     pub fn replace(&mut self, bucket: i64, entries: &[TimerEntry]) -> io::Result<()> {
-        durable_file::replace_file(&self.path(bucket), &encode(entries))?;
+        let path = self.path(bucket);
+        durable_file::replace_file(&path, &encode(entries))
+            .map_err(|e| self.record(IoOp::Replace, &path, e))?;
         self.touched.remove(&bucket);
         Ok(())
     }
 
     /// fsyncs every bucket appended to since the last call, and the directory of new ones.
+    /// Once one fails, every later call fails (see `sync_failed`).
     pub fn sync(&mut self) -> io::Result<()> {
+        if let Some(reason) = &self.sync_failed {
+            return Err(io::Error::other(format!(
+                "an fsync of the timer buckets failed since they were opened ({reason}): the \
+                 entries it covered are indexed again from the timer queue after a restart"
+            )));
+        }
+        let synced = self.sync_touched();
+        if let Err(e) = &synced {
+            self.sync_failed = Some(e.to_string());
+        }
+        synced
+    }
+
+    fn sync_touched(&mut self) -> io::Result<()> {
         let synced_any = !self.touched.is_empty();
         while let Some(&bucket) = self.touched.first() {
-            match File::open(self.path(bucket)) {
-                Ok(file) => file.sync_all()?,
+            let path = self.path(bucket);
+            match File::open(&path) {
+                Ok(file) => file
+                    .sync_all()
+                    .map_err(|e| self.record(IoOp::Fsync, &path, e))?,
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(error) => return Err(error),
+                Err(error) => return Err(self.record(IoOp::Fsync, &path, error)),
             }
             self.touched.remove(&bucket);
         }
         if synced_any {
-            File::open(&self.dir)?.sync_all()?;
+            File::open(&self.dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(|e| self.record(IoOp::Fsync, &self.dir, e))?;
         }
         Ok(())
     }
@@ -112,7 +150,8 @@ impl TimerBuckets {
     /// Removes every bucket below `bucket` (wholly delivered).
     pub fn remove_below(&mut self, bucket: i64) -> io::Result<()> {
         for old in self.list()?.into_iter().take_while(|b| *b < bucket) {
-            std::fs::remove_file(self.path(old))?;
+            let path = self.path(old);
+            std::fs::remove_file(&path).map_err(|e| self.record(IoOp::Remove, &path, e))?;
             self.touched.remove(&old);
         }
         Ok(())

@@ -153,6 +153,11 @@ pub enum AppendError {
     DiskFull(String),
     #[error("I/O error: {0}")]
     Io(String),
+    /// A write or fsync of a file that appends rest on failed (EIO, ENOSPC, ...), and no
+    /// write to that disk has succeeded since: the store refuses appends, as RocketMQ's store
+    /// does when it is not writable, and takes them again once a probe write succeeds.
+    #[error("the store is not writable: {0}")]
+    NotWritable(String),
     #[error("store is closed")]
     Closed,
 }

@@ -124,7 +124,7 @@ struct Answers {
     /// was written.
     timed_out_from: Option<u64>,
     /// Answered with an error: the write failed and was rolled back (or the store refuses
-    /// writes until it is reopened, if the rollback failed too).
+    /// writes until a probe write succeeds, or until it is reopened if the rollback failed).
     failed: usize,
 }
 
@@ -142,7 +142,9 @@ impl Answers {
                     Some(self.timed_out_from.map_or(position, |p| p.min(position)));
                 true
             }
-            Err(AppendError::Io(_) | AppendError::DiskFull(_)) => {
+            // NotWritable: a write or fsync failed before, and the store refuses appends until
+            // a probe write succeeds.
+            Err(AppendError::Io(_) | AppendError::DiskFull(_) | AppendError::NotWritable(_)) => {
                 self.failed += 1;
                 true
             }

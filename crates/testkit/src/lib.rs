@@ -4,9 +4,11 @@
 
 mod client;
 pub mod crash;
+pub mod io_faults;
 mod process;
 
 pub use client::{create_topic_request, pull_header, send_request, SendOptions, WireClient};
+pub use io_faults::FaultShim;
 pub use process::{terminate_pid, QuiverProcess, Started};
 
 use std::time::{Duration, Instant};

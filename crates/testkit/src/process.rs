@@ -1,5 +1,6 @@
 //! A `quiver` process under test.
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,16 @@ impl QuiverProcess {
     /// Runs `binary args...`, with its log in `log_dir/quiver.log`, and waits for the `ready`
     /// line it prints once it listens.
     pub fn start(binary: &Path, args: &[&str], log_dir: &Path) -> anyhow::Result<QuiverProcess> {
+        Self::start_with_env(binary, args, log_dir, &[])
+    }
+
+    /// `start` with more environment variables (`FaultShim::env`, say).
+    pub fn start_with_env(
+        binary: &Path,
+        args: &[&str],
+        log_dir: &Path,
+        env: &[(&str, OsString)],
+    ) -> anyhow::Result<QuiverProcess> {
         std::fs::create_dir_all(log_dir)?;
         let log_path = log_dir.join("quiver.log");
         let log = std::fs::OpenOptions::new()
@@ -69,6 +80,7 @@ impl QuiverProcess {
             .stdout(Stdio::piped())
             .stderr(log)
             .env("QUIVER_LOG", "info")
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;

@@ -188,6 +188,7 @@ pub fn runtime_info(call: &Call, request: &Command) -> Handled {
     let mut table = BTreeMap::new();
     put_traffic(broker, &mut table);
     put_storage(broker, &mut table);
+    put_store_faults(broker, &mut table);
     put_process(broker, call.now_ms, &mut table);
     let body = body::to_json(&KvTable { table });
     answer(request.response_to(response_code::SUCCESS).with_body(body))
@@ -248,6 +249,34 @@ fn put_storage(broker: Administering<'_>, table: &mut BTreeMap<String, String>) 
     put("nonPersistentSkipped", skipped.to_string());
     let timer_pending = broker.counters.timer_pending.load(Ordering::Relaxed);
     put("timerPendingInMemory", timer_pending.to_string());
+}
+
+/// The store's I/O faults: whether sends are refused (RocketMQ's store "not writable"), and
+/// failed writes and fsyncs by kind of file with the last of each.
+fn put_store_faults(broker: Administering<'_>, table: &mut BTreeMap<String, String>) {
+    let mut put = |key: String, value: String| {
+        table.insert(key, value);
+    };
+    let faults = broker.store.io_faults();
+    let unwritable = faults.unwritable.as_ref();
+    put("storeUnwritable".into(), unwritable.is_some().to_string());
+    put(
+        "storeUnwritableReason".into(),
+        unwritable.map(ToString::to_string).unwrap_or_default(),
+    );
+    put(
+        "storeUnwritableSinceMs".into(),
+        unwritable.map_or(0, |u| u.since_ms).to_string(),
+    );
+    put("storeIoErrors".into(), faults.total_errors().to_string());
+    for kind in &faults.kinds {
+        let name = kind.kind.name();
+        put(format!("storeIoErrors{name}"), kind.errors.to_string());
+        if let Some(last) = &kind.last {
+            put(format!("storeIoLastError{name}"), last.to_string());
+            put(format!("storeIoLastErrorMs{name}"), last.at_ms.to_string());
+        }
+    }
 }
 
 /// The version, the clients, parked pulls and how long the broker has run. RocketMQ's thread

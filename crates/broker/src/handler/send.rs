@@ -513,7 +513,7 @@ fn respond(
             let code = match error {
                 AppendError::Busy { .. } => response_code::SYSTEM_BUSY,
                 AppendError::TooLarge { .. } => response_code::MESSAGE_ILLEGAL,
-                AppendError::DiskFull(_) | AppendError::Closed => {
+                AppendError::DiskFull(_) | AppendError::NotWritable(_) | AppendError::Closed => {
                     response_code::SERVICE_NOT_AVAILABLE
                 }
                 AppendError::Malformed(_) | AppendError::Io(_) => response_code::SYSTEM_ERROR,
@@ -523,6 +523,11 @@ fn respond(
                 AppendError::DiskFull(_) => format!(
                     "service not available now: the broker's disk is full, sends are refused \
                      until space is freed ({error})"
+                ),
+                // RocketMQ answers SERVICE_NOT_AVAILABLE while its store is not writable.
+                AppendError::NotWritable(_) => format!(
+                    "service not available now: the broker's store is not writable, sends are \
+                     refused until a write to its disk succeeds again ({error})"
                 ),
                 _ => error.to_string(),
             };

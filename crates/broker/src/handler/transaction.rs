@@ -165,7 +165,7 @@ fn settle(
             broker.transactions.abandoned(half_offset);
             response.code = match error {
                 AppendError::Busy { .. } => response_code::SYSTEM_BUSY,
-                AppendError::DiskFull(_) | AppendError::Closed => {
+                AppendError::DiskFull(_) | AppendError::NotWritable(_) | AppendError::Closed => {
                     response_code::SERVICE_NOT_AVAILABLE
                 }
                 _ => response_code::SYSTEM_ERROR,

@@ -13,8 +13,11 @@
 //!   (`group_commit::complete_synced`). A thread checkpoints every
 //!   `SYNC_CHECKPOINT_INTERVAL`, so that ConsumeQueue fsyncs never delay acks.
 //!
-//! Errors are not fatal here: an fsync that fails is retried on the next round, and sync
-//! requests it should have covered are completed as `TimedOut` (written, durability unknown).
+//! Errors are not fatal here: an fsync or flush that fails is recorded in the store's faults
+//! (logged, counted, and appends refused), retried on the next round, and held below in every
+//! checkpoint until the store reopens; sync requests it should have covered are completed as
+//! `TimedOut` (written, durability unknown). Both threads also run the faults' probe, which
+//! lets appends in again once a write to the disk succeeds.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -60,22 +63,27 @@ pub fn run_async(
         let written = log.written();
         let flushed = log.flushed();
         let unflushed_bytes = written.saturating_sub(flushed);
-        if unflushed_bytes > 0
-            && (thorough || unflushed_bytes >= u64::from(least_pages) * PAGE_BYTES)
-            && log.flush(written).is_err()
-        {
-            continue;
-        }
-        if thorough {
+        // A failure is recorded by the log, which keeps later checkpoints below it; the
+        // checkpoint still goes on for the ConsumeQueues and the index.
+        let synced = unflushed_bytes == 0
+            || !(thorough || unflushed_bytes >= u64::from(least_pages) * PAGE_BYTES)
+            || log.flush(written).is_ok();
+        if thorough && synced {
             last_thorough = Instant::now();
         }
-        // A failed checkpoint leaves the previous one, which is still true; retry next round.
-        let _ = durability.write_checkpoint();
+        checkpoint_and_probe(&durability);
     }
 }
 
 pub fn run_checkpointer(durability: Arc<Durability>, stop: Receiver<()>) {
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(SYNC_CHECKPOINT_INTERVAL) {
-        let _ = durability.write_checkpoint();
+        checkpoint_and_probe(&durability);
     }
+}
+
+fn checkpoint_and_probe(durability: &Durability) {
+    // A failed checkpoint leaves the previous one, which is still true; its failure is
+    // recorded in the faults and the next round tries again.
+    let _ = durability.write_checkpoint();
+    durability.faults().probe_if_due();
 }

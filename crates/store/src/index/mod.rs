@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::faults::{FileKind, IoFaults, IoOp};
 use crate::types::{OpenError, ReadError};
 use index_file::{
     entry_at, file_bytes, load_slots, next_name, slot_of, write_slots, zero_slots, Header,
@@ -158,9 +159,38 @@ pub struct Index {
     entries_max: u32,
     files: RwLock<Vec<Arc<IndexFile>>>,
     writer: Mutex<Writer>,
-    /// When `flush` last succeeded (None: not since opening), and the `indexed_end` it made
-    /// durable.
-    flushed: Mutex<(Option<Instant>, u64)>,
+    flushed: Mutex<Flushed>,
+    faults: IoFaults,
+}
+
+/// How far the index is durable.
+struct Flushed {
+    /// When `flush` last succeeded (None: not since opening).
+    at: Option<Instant>,
+    /// The `indexed_end` the last successful flush made durable.
+    end: u64,
+    /// Where the index was durable when a flush first failed since opening. The entries written
+    /// since may have been on pages whose writeback failed and which the kernel then dropped,
+    /// and a later fsync that succeeds says nothing of them: `durable_end` stays below this
+    /// until the store reopens and recovery adds those keys again.
+    failed_at: Option<u64>,
+}
+
+/// A failed operation on one index file.
+struct FileError {
+    path: PathBuf,
+    op: IoOp,
+    error: io::Error,
+}
+
+impl FileError {
+    fn on(path: &Path, op: IoOp) -> impl FnOnce(io::Error) -> FileError + '_ {
+        move |error| FileError {
+            path: path.to_path_buf(),
+            op,
+            error,
+        }
+    }
 }
 
 impl Index {
@@ -172,6 +202,7 @@ impl Index {
         entries_max: u32,
         durable_end: u64,
         problems: &mut Vec<String>,
+        faults: IoFaults,
     ) -> Result<Index, OpenError> {
         assert!(
             slots > 0 && entries_max >= 2,
@@ -203,13 +234,20 @@ impl Index {
             entries_max,
             files: RwLock::new(files),
             writer: Mutex::new(writer),
-            flushed: Mutex::new((None, durable_end)),
+            flushed: Mutex::new(Flushed {
+                at: None,
+                end: durable_end,
+                failed_at: None,
+            }),
+            faults,
         })
     }
 
-    /// Every record below this CommitLog position has its keys in the index files, durably.
+    /// Every record below this CommitLog position has its keys in the index files, durably:
+    /// held below the first failed flush until the store reopens.
     pub fn durable_end(&self) -> u64 {
-        self.flushed.lock().expect("index flush lock poisoned").1
+        let flushed = self.flushed.lock().expect("index flush lock poisoned");
+        flushed.end.min(flushed.failed_at.unwrap_or(u64::MAX))
     }
 
     /// Says that every record below `end` has had its keys added (the appender, after each
@@ -229,11 +267,12 @@ impl Index {
             .expect("index writer lock poisoned")
             .sealed_unsynced
             .is_empty();
+        // Counted from the last flush that succeeded: a failed one is tried again at once.
         let due = self
             .flushed
             .lock()
             .expect("index flush lock poisoned")
-            .0
+            .at
             .is_none_or(|at| at.elapsed() >= FLUSH_INTERVAL);
         if sealed_waiting || due {
             self.flush()?;
@@ -246,8 +285,18 @@ impl Index {
         &self.dir
     }
 
-    /// Indexes `keys`, rolling to a new file when the active one is full.
+    /// Indexes `keys`, rolling to a new file when the active one is full. A failure is
+    /// recorded in the store's faults, which then refuses appends.
     pub fn add(&self, keys: &[KeyEntry]) -> io::Result<()> {
+        self.add_to_files(keys).map_err(|e| self.record(e))
+    }
+
+    fn record(&self, e: FileError) -> io::Error {
+        self.faults.record(FileKind::Index, e.op, &e.path, &e.error);
+        e.error
+    }
+
+    fn add_to_files(&self, keys: &[KeyEntry]) -> Result<(), FileError> {
         let mut guard = self.writer.lock().expect("index writer lock poisoned");
         let w = &mut *guard;
         let mut done = 0;
@@ -294,7 +343,8 @@ impl Index {
                 header.end_position = key.position;
             }
             file.file
-                .write_all_at(&w.staged, entry_at(self.slots, first))?;
+                .write_all_at(&w.staged, entry_at(self.slots, first))
+                .map_err(FileError::on(&file.path, IoOp::Write))?;
             for (slot, number) in w.overlay.drain() {
                 if slots[slot as usize].swap(number, Ordering::AcqRel) == 0 {
                     header.slots_used = header.slots_used.saturating_add(1);
@@ -315,23 +365,29 @@ impl Index {
         Ok(())
     }
 
-    fn roll(&self, w: &mut Writer) -> io::Result<()> {
+    fn roll(&self, w: &mut Writer) -> Result<(), FileError> {
         if let Some(old) = &w.active {
-            old.seal(&w.header)?;
+            old.seal(&w.header)
+                .map_err(FileError::on(&old.path, IoOp::Write))?;
         }
         let number = next_name(w.last_name, now_ms());
         let path = self.dir.join(format!("{number:0NAME_DIGITS$}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        file.set_len(file_bytes(self.slots, self.entries_max))?;
         let header = Header::empty();
-        file.write_all_at(&header.encode(), 0)?;
-        // The file's own fsyncs do not make its name durable, and a checkpoint past its entries
-        // would otherwise outlive it after a power loss: recovery would not index them again.
-        crate::durable_file::sync_parent_dir(&path)?;
+        let file = (|| {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)?;
+            file.set_len(file_bytes(self.slots, self.entries_max))?;
+            file.write_all_at(&header.encode(), 0)?;
+            // The file's own fsyncs do not make its name durable, and a checkpoint past its
+            // entries would otherwise outlive it after a power loss: recovery would not index
+            // them again.
+            crate::durable_file::sync_parent_dir(&path)?;
+            Ok(file)
+        })()
+        .map_err(FileError::on(&path, IoOp::Create))?;
         let file = Arc::new(IndexFile {
             path,
             file,
@@ -378,12 +434,16 @@ impl Index {
             .retain(|f| !doomed.iter().any(|d| Arc::ptr_eq(d, f)));
         drop(w);
         for file in &doomed {
-            std::fs::remove_file(&file.path)?;
+            std::fs::remove_file(&file.path)
+                .map_err(FileError::on(&file.path, IoOp::Remove))
+                .map_err(|e| self.record(e))?;
         }
         Ok(doomed.len())
     }
 
-    /// Writes dirty slots and the header of the active file and fsyncs what changed.
+    /// Writes dirty slots and the header of the active file and fsyncs what changed. On
+    /// failure the sealed files and dirty slots wait for the next flush, the failure is
+    /// recorded, and `durable_end` stays below it until the store reopens.
     pub fn flush(&self) -> io::Result<()> {
         let (active, header, mut dirty, sealed, indexed_end) = {
             let mut w = self.writer.lock().expect("index writer lock poisoned");
@@ -395,29 +455,43 @@ impl Index {
                 w.indexed_end,
             )
         };
-        let flushed = || {
-            let mut flushed = self.flushed.lock().expect("index flush lock poisoned");
-            *flushed = (Some(Instant::now()), flushed.1.max(indexed_end));
-        };
-        for file in sealed {
-            file.file.sync_data()?;
-        }
-        let Some(file) = active else {
-            flushed();
-            return Ok(());
-        };
         dirty.sort_unstable();
         dirty.dedup();
-        let result = write_slots(&file, &dirty, &header).and_then(|()| file.file.sync_data());
-        if result.is_ok() {
-            flushed();
+        let synced = sealed
+            .iter()
+            .try_for_each(|file| {
+                file.file
+                    .sync_data()
+                    .map_err(FileError::on(&file.path, IoOp::Fsync))
+            })
+            .and_then(|()| match &active {
+                Some(file) => write_slots(file, &dirty, &header)
+                    .and_then(|()| file.file.sync_data())
+                    .map_err(FileError::on(&file.path, IoOp::Flush)),
+                None => Ok(()),
+            });
+        let mut flushed = self.flushed.lock().expect("index flush lock poisoned");
+        match synced {
+            Ok(()) => {
+                flushed.at = Some(Instant::now());
+                flushed.end = flushed.end.max(indexed_end);
+                Ok(())
+            }
+            Err(e) => {
+                let held = flushed
+                    .failed_at
+                    .map_or(flushed.end, |at| at.min(flushed.end));
+                flushed.failed_at = Some(held);
+                drop(flushed);
+                // Kept for the next attempt, ahead of files sealed meanwhile.
+                let mut w = self.writer.lock().expect("index writer lock poisoned");
+                w.dirty_slots.extend_from_slice(&dirty);
+                let later = std::mem::replace(&mut w.sealed_unsynced, sealed);
+                w.sealed_unsynced.extend(later);
+                drop(w);
+                Err(self.record(e))
+            }
         }
-        if result.is_err() {
-            // Keep them for the next attempt.
-            let mut w = self.writer.lock().expect("index writer lock poisoned");
-            w.dirty_slots.extend_from_slice(&dirty);
-        }
-        result
     }
 
     /// Calls `visit` with the position of each entry for `key_hash` whose time may lie in
@@ -474,7 +548,8 @@ mod tests {
     fn chains_survive_reopen_and_roll() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut problems = Vec::new();
-        let index = Index::open(dir.path(), 4, 5, 0, &mut problems).expect("open");
+        let index =
+            Index::open(dir.path(), 4, 5, 0, &mut problems, IoFaults::detached()).expect("open");
         let keys: Vec<KeyEntry> = (0..10u64)
             .map(|i| KeyEntry {
                 key_hash: (i % 3) as i32,
@@ -496,7 +571,8 @@ mod tests {
         assert_eq!(collect(&index, 1), [700, 400, 100]);
         index.flush().expect("flush");
         drop(index);
-        let index = Index::open(dir.path(), 4, 5, 0, &mut problems).expect("reopen");
+        let index =
+            Index::open(dir.path(), 4, 5, 0, &mut problems, IoFaults::detached()).expect("reopen");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(collect(&index, 1), [700, 400, 100]);
         assert_eq!(collect(&index, 0), [900, 600, 300, 0]);
@@ -527,21 +603,24 @@ mod tests {
                 store_timestamp_ms: 1_000_000 + i as i64 * 1000,
             })
             .collect();
-        let index = Index::open(dir.path(), 4, 50, 0, &mut problems).expect("open");
+        let index =
+            Index::open(dir.path(), 4, 50, 0, &mut problems, IoFaults::detached()).expect("open");
         index.add(&keys).expect("add");
         index.flush().expect("flush");
         drop(index);
 
         // A begin far in the past: the next entry's time offset from it is out of range.
         patch_timestamps(dir.path(), i64::MIN + 10, 2_000_000);
-        let index = Index::open(dir.path(), 4, 50, 0, &mut problems).expect("reopen");
+        let index =
+            Index::open(dir.path(), 4, 50, 0, &mut problems, IoFaults::detached()).expect("reopen");
         index.add(&keys[..1]).expect("add past a damaged begin");
         index.flush().expect("flush");
         drop(index);
 
         // A begin at the end of time: entry times computed from it are out of range.
         patch_timestamps(dir.path(), i64::MAX - 10, i64::MAX);
-        let index = Index::open(dir.path(), 4, 50, 0, &mut problems).expect("reopen");
+        let index =
+            Index::open(dir.path(), 4, 50, 0, &mut problems, IoFaults::detached()).expect("reopen");
         let mut found = Vec::new();
         index
             .query(7, 0, i64::MAX, &mut |p| {
@@ -553,6 +632,61 @@ mod tests {
         assert_eq!(found, [0, 200, 100, 0]);
     }
 
+    /// A flush that fails keeps the sealed file it could not fsync for the next flush, and the
+    /// durable end stays below the failure even once a flush succeeds: the failed writeback
+    /// may have dropped entries that no later fsync brings back.
+    #[test]
+    fn a_failed_flush_keeps_its_files_and_holds_the_durable_end() {
+        let shim_dir = tempfile::tempdir().expect("tempdir");
+        let test = "index::tests::a_failed_flush_keeps_its_files_and_holds_the_durable_end";
+        let Some(shim) = crate::io_faults_shim::FaultShim::rerun_under_shim(test, shim_dir.path())
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut problems = Vec::new();
+        let faults = IoFaults::detached();
+        // Four entries fill a file (entry 0 is never used).
+        let index = Index::open(dir.path(), 4, 5, 0, &mut problems, faults.clone()).expect("open");
+        let keys = |range: std::ops::Range<u64>| -> Vec<KeyEntry> {
+            range
+                .map(|i| KeyEntry {
+                    key_hash: i as i32,
+                    position: i * 100,
+                    store_timestamp_ms: 1_000_000,
+                })
+                .collect()
+        };
+        index.add(&keys(0..4)).expect("add");
+        index.indexed_up_to(400);
+        index.flush().expect("flush");
+        assert_eq!(index.durable_end(), 400);
+        // The next key seals the first file, which now waits for its fsync.
+        index.add(&keys(4..6)).expect("add");
+        index.indexed_up_to(600);
+        let first = file_names(dir.path()).expect("names")[0].1.clone();
+        shim.fail("EIO", "fsync", &first);
+        index.flush().expect_err("the sealed file's fsync fails");
+        assert_eq!(index.durable_end(), 400);
+        index
+            .flush()
+            .expect_err("the sealed file is fsynced again, not forgotten");
+        assert_eq!(faults.report().kinds[FileKind::Index as usize].errors, 2);
+        assert!(faults.refuses_appends());
+
+        shim.clear();
+        index.flush().expect("flush once the disk works");
+        assert_eq!(
+            index.durable_end(),
+            400,
+            "held below the failure until reopened"
+        );
+        drop(index);
+        let index = Index::open(dir.path(), 4, 5, 400, &mut problems, IoFaults::detached())
+            .expect("reopen");
+        assert_eq!(index.durable_end(), 400);
+    }
+
     /// The slot table's last page also holds the first entries; writing that page whole (from
     /// memory) must keep them, before and after they are all written.
     #[test]
@@ -560,7 +694,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut problems = Vec::new();
         // 2,000 slots end the table at byte 8,040: page 1 holds slots 1,014 on and entries 0-7.
-        let index = Index::open(dir.path(), 2000, 100, 0, &mut problems).expect("open");
+        let index = Index::open(
+            dir.path(),
+            2000,
+            100,
+            0,
+            &mut problems,
+            IoFaults::detached(),
+        )
+        .expect("open");
         let key = |i: u64| KeyEntry {
             // Every other key lands in page 1's slots.
             key_hash: if i.is_multiple_of(2) {
@@ -576,7 +718,15 @@ mod tests {
             index.flush().expect("flush");
         }
         drop(index);
-        let index = Index::open(dir.path(), 2000, 100, 0, &mut problems).expect("reopen");
+        let index = Index::open(
+            dir.path(),
+            2000,
+            100,
+            0,
+            &mut problems,
+            IoFaults::detached(),
+        )
+        .expect("reopen");
         assert!(problems.is_empty(), "{problems:?}");
         for i in 0..30u64 {
             let mut found = Vec::new();

@@ -20,6 +20,7 @@ use std::sync::{Arc, RwLock};
 
 use super::prealloc::ZeroFiller;
 use super::Log;
+use crate::faults::{FileKind, IoOp};
 use crate::types::{OpenError, ReadError};
 
 pub const SEGMENT_NAME_DIGITS: usize = 20;
@@ -94,6 +95,11 @@ impl Segments {
             let entry = entry.map_err(|e| OpenError::io(dir, &e))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
+            if name == crate::faults::PROBE_FILE_NAME {
+                // A probe write a crash interrupted (`faults`): never data.
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
             match parse_segment_name(&name) {
                 Some(base) => bases.push(base),
                 None => {
@@ -260,7 +266,6 @@ impl Segments {
             .map_err(|e| ReadError::io(&self.path(base), &e))
     }
 
-    /// fsyncs every segment that holds bytes in [from, to).
     /// Starts the kernel writing back `[from, to)` (positions) without waiting for it or
     /// flushing the device's cache: the fsync that follows then finds little left to write.
     pub fn start_writeback(&self, from: u64, to: u64) -> io::Result<()> {
@@ -294,20 +299,22 @@ impl Segments {
         Ok(())
     }
 
-    pub fn sync_range(&self, from: u64, to: u64) -> io::Result<()> {
+    /// fsyncs every segment that holds bytes in [from, to); on failure, the base of the
+    /// segment whose fsync failed.
+    pub fn sync_range(&self, from: u64, to: u64) -> Result<(), (u64, io::Error)> {
         if from >= to {
             return Ok(());
         }
-        let targets: Vec<Arc<File>> = {
+        let targets: Vec<(u64, Arc<File>)> = {
             let files = self.files.read().expect("segment map lock poisoned");
             files
                 .range(..to)
                 .filter(|(base, _)| **base + self.segment_bytes > from)
-                .map(|(_, f)| Arc::clone(f))
+                .map(|(base, f)| (*base, Arc::clone(f)))
                 .collect()
         };
-        for file in targets {
-            file.sync_data()?;
+        for (base, file) in targets {
+            file.sync_data().map_err(|e| (base, e))?;
         }
         Ok(())
     }
@@ -353,17 +360,30 @@ impl Writer {
 
     /// Writes `bytes` at `file_offset` in the segment at `base`, creating the segment when it
     /// is the next one. Nothing is published: see `advance` and `publish`.
+    /// A failure is recorded in the store's faults, which then refuses appends.
     pub fn write(&mut self, base: u64, file_offset: u64, bytes: &[u8]) -> io::Result<()> {
         let file = match &self.segment_file {
             Some(file) if base == self.segment_base => Arc::clone(file),
             _ => {
-                let file = self.log.segments.create(base)?;
+                let file = self
+                    .log
+                    .segments
+                    .create(base)
+                    .inspect_err(|e| self.record(IoOp::Create, base, e))?;
                 self.segment_base = base;
                 self.segment_file = Some(Arc::clone(&file));
                 file
             }
         };
         write_in_segment(&self.log.zeros, base, &file, file_offset, bytes)
+            .inspect_err(|e| self.record(IoOp::Write, base, e))
+    }
+
+    fn record(&self, op: IoOp, base: u64, error: &io::Error) {
+        let path = self.log.segments.path(base);
+        self.log
+            .faults
+            .record(FileKind::CommitLog, op, &path, error);
     }
 
     /// The group is written up to `position` (not yet published).
@@ -405,6 +425,7 @@ impl Writer {
         // Segments created by this group start past the published position.
         while self.segment_file.is_some() && self.segment_base > published {
             if let Err(e) = self.log.segments.remove(self.segment_base) {
+                self.record(IoOp::Remove, self.segment_base, &e);
                 failures.push(e.to_string());
             }
             self.segment_base -= segment_bytes;
@@ -415,6 +436,7 @@ impl Writer {
         }
         if let Some(file) = &self.segment_file {
             if let Err(e) = cut_segment(&self.log.zeros, self.segment_base, file, published) {
+                self.record(IoOp::Truncate, self.segment_base, &e);
                 failures.push(e.to_string());
             }
         }

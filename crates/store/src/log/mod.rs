@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::faults::{FileKind, IoFaults, IoOp};
 use crate::types::{ReadError, StoreStats};
 use commitlog::Segments;
 use damaged::BadRange;
@@ -48,11 +49,19 @@ pub struct Log {
     damaged: Vec<BadRange>,
     /// Zeroed space ahead of the writer in the active segment.
     zeros: ZeroFiller,
+    /// Where its failed writes, fsyncs and removals are recorded.
+    faults: IoFaults,
 }
 
 impl Log {
     /// The log as recovery leaves it: valid up to `end`, nothing before `min_position`.
-    pub fn new(segments: Segments, end: u64, min_position: u64, damaged: Vec<BadRange>) -> Log {
+    pub fn new(
+        segments: Segments,
+        end: u64,
+        min_position: u64,
+        damaged: Vec<BadRange>,
+        faults: IoFaults,
+    ) -> Log {
         let segment_bytes = segments.segment_bytes();
         let (base, file) = active_segment(&segments, end);
         Log {
@@ -68,7 +77,13 @@ impl Log {
             messages_appended: AtomicU64::new(0),
             bytes_appended: AtomicU64::new(0),
             damaged,
+            faults,
         }
+    }
+
+    /// The store's record of I/O faults.
+    pub fn faults(&self) -> &IoFaults {
+        &self.faults
     }
 
     pub fn segment_bytes(&self) -> u64 {
@@ -144,7 +159,13 @@ impl Log {
 
     /// Deletes and forgets a sealed segment, freeing its blocks on this thread (retention).
     pub fn remove_segment(&self, base: u64) -> io::Result<()> {
-        self.segments.delete(base)
+        let result = self.segments.delete(base);
+        if let Err(e) = &result {
+            let path = self.segments.path(base);
+            self.faults
+                .record(FileKind::CommitLog, IoOp::Remove, &path, e);
+        }
+        result
     }
 
     /// Whether `position` lies in a range recovery found damaged.
@@ -171,9 +192,12 @@ impl Log {
         if target <= flushed {
             return Ok(());
         }
-        if let Err(e) = self.segments.sync_range(flushed, target) {
+        if let Err((base, e)) = self.segments.sync_range(flushed, target) {
             self.fsync_failed_from.fetch_min(flushed, Ordering::AcqRel);
             self.fsync_failures.fetch_add(1, Ordering::AcqRel);
+            let path = self.segments.path(base);
+            self.faults
+                .record(FileKind::CommitLog, IoOp::Fsync, &path, &e);
             return Err(e);
         }
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -220,7 +244,7 @@ mod tests {
             let file = segments.create(base).expect("create");
             file.write_all_at(&[1u8; 8192], 0).expect("write");
         }
-        let log = Log::new(segments, 13_000, 0, Vec::new());
+        let log = Log::new(segments, 13_000, 0, Vec::new(), IoFaults::detached());
         let mut kicked = 0;
         log.start_writeback(&mut kicked);
         assert_eq!(kicked, 12_288, "the page being filled is left alone");

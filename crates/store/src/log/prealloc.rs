@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::Log;
+use crate::faults::{FileKind, IoOp};
 
 /// How far past the written position the filler keeps zeros ready: at 100 MB/s of appends
 /// that is 160 ms of headroom, far more than one fill round takes.
@@ -62,6 +63,9 @@ const ZERO_WRITE_BYTES: u64 = 4096;
 /// of headroom, so a look every 40 ms still finds the writer far from the zeroed end.
 const POLL_CLOSE: Duration = Duration::from_millis(5);
 const POLL_FAR: Duration = Duration::from_millis(40);
+/// How long the filler waits after a failure (a full disk) before it tries again: each failure
+/// is logged and counted, and the writer grows the file itself meanwhile.
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How the filler prepares space ahead of the writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,7 +134,7 @@ impl ZeroFiller {
     }
 
     /// Fills one chunk if the writer is closer than `fill`'s distance ahead to the zeroed end.
-    /// Returns whether it filled anything.
+    /// Returns whether it filled anything; on failure, the segment's path with the error.
     fn fill_once(
         &self,
         fill: Fill,
@@ -138,7 +142,7 @@ impl ZeroFiller {
         segment_bytes: u64,
         zeros: &[u8],
         path_of: &dyn Fn(u64) -> PathBuf,
-    ) -> io::Result<bool> {
+    ) -> Result<bool, (PathBuf, io::Error)> {
         let mut state = self.state.lock().expect("preallocation lock poisoned");
         if state.file.is_none() {
             return Ok(false);
@@ -152,7 +156,11 @@ impl ZeroFiller {
             .as_ref()
             .is_none_or(|(base, _)| *base != state.base)
         {
-            let file = OpenOptions::new().write(true).open(path_of(state.base))?;
+            let path = path_of(state.base);
+            let file = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| (path, e))?;
             *filler_file = Some((state.base, file));
         }
         let (_, file) = filler_file.as_ref().expect("filler file just opened");
@@ -167,7 +175,7 @@ impl ZeroFiller {
             // Give back what a partial write took (a full disk): zeros past `end` are harmless,
             // but the space is better left to data.
             let _ = file.set_len(from - state.base);
-            return Err(e);
+            return Err((path_of(state.base), e));
         }
         state.end = to;
         self.zeroed_end.store(to, Ordering::Release);
@@ -250,30 +258,33 @@ pub fn run(log: Arc<Log>, fill: Fill, stop: Receiver<()>) {
     };
     loop {
         let written = log.written();
-        // Fill until caught up; an error (a full disk) waits for the next poll.
-        let filled = match log
+        // Fill until caught up; an error (a full disk) waits a while.
+        let wait = match log
             .zeros
             .fill_once(fill, written, log.segment_bytes, &zeros, &|base| {
                 log.segments.path(base)
             }) {
-            Ok(filled) => filled,
+            Ok(true) => continue,
+            Ok(false) => {
+                let headroom = log.zeros.zeroed_end().saturating_sub(log.written());
+                if headroom > fill.ahead_bytes() / 2 {
+                    POLL_FAR
+                } else {
+                    POLL_CLOSE
+                }
+            }
             // A filesystem without fallocate: the writer grows the file itself, as it would
             // with no filler.
-            Err(e) if fill == Fill::Allocate && e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            Err((_, e)) if fill == Fill::Allocate && e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 return
             }
-            Err(_) => false,
+            Err((path, e)) => {
+                log.faults
+                    .record(FileKind::CommitLog, IoOp::Preallocate, &path, &e);
+                RETRY_INTERVAL
+            }
         };
-        if filled {
-            continue;
-        }
-        let headroom = log.zeros.zeroed_end().saturating_sub(log.written());
-        let poll = if headroom > fill.ahead_bytes() / 2 {
-            POLL_FAR
-        } else {
-            POLL_CLOSE
-        };
-        match stop.recv_timeout(poll) {
+        match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}
             _ => return,
         }
@@ -364,7 +375,7 @@ mod tests {
         let segment_bytes = 2 * ALLOCATE_CHUNK_BYTES + 1000;
         write_in_segment(&filler, 0, &file, 0, &[5u8; 3000]).unwrap();
         let filled = match filler.fill_once(Fill::Allocate, 3000, segment_bytes, &[], &path_of) {
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            Err((_, e)) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 println!("skipped: this filesystem has no fallocate");
                 return;
             }

@@ -81,6 +81,11 @@ impl Entry {
     }
 }
 
+/// A queue's files held still (`ConsumeQueue::hold_files`).
+pub struct HeldFiles<'a> {
+    _files: std::sync::RwLockWriteGuard<'a, BTreeMap<u64, Arc<File>>>,
+}
+
 pub struct ConsumeQueue {
     pub topic: String,
     pub queue_id: u32,
@@ -205,7 +210,7 @@ impl ConsumeQueue {
             // Writing through a handle never reaches a newer queue's files.
             return Ok(Some(file));
         }
-        // Created under the lock, so that `retire` cannot come between the check and the
+        // Created under the lock, so that `retire_held` cannot come between the check and the
         // creation of a file in what may by then be another queue's directory.
         let mut files = self.files.write().expect("consume queue lock poisoned");
         if self.retired.load(Ordering::Acquire) {
@@ -221,11 +226,21 @@ impl ConsumeQueue {
         Ok(Some(file))
     }
 
-    /// Marks the queue deleted (its topic was): from now on it creates and removes no files by
-    /// path. Handles already open stay usable for readers.
-    pub fn retire(&self) {
-        let _files = self.files.write().expect("consume queue lock poisoned");
+    /// Holds off every creation and removal of the queue's files (and readers' lookups) until
+    /// the guard is dropped or handed to `retire_held`: while its topic's deletion renames the
+    /// directory, a checkpoint's flush would otherwise try to create a file in a directory
+    /// that is gone, and take that for a failing disk.
+    pub fn hold_files(&self) -> HeldFiles<'_> {
+        HeldFiles {
+            _files: self.files.write().expect("consume queue lock poisoned"),
+        }
+    }
+
+    /// Marks the queue deleted (its topic was), its files held by `held`: from now on it
+    /// creates and removes no files by path. Handles already open stay usable for readers.
+    pub fn retire_held(&self, held: HeldFiles<'_>) {
         self.retired.store(true, Ordering::Release);
+        drop(held);
     }
 
     fn tail(&self) -> MutexGuard<'_, Tail> {
@@ -396,11 +411,15 @@ impl ConsumeQueue {
     /// Writes the tail to the file and fsyncs the files holding entries written since the
     /// last call, published or not: the appender publishes a queue's max offset only after the
     /// CommitLog's written position, which the checkpoint reads first and then vouches for.
-    pub fn flush(&self) -> io::Result<()> {
+    /// On failure, with the path of the file that failed, nothing counts as flushed: the tail
+    /// keeps what it could not write and the next call fsyncs the same files again.
+    pub fn flush(&self) -> Result<(), (PathBuf, io::Error)> {
         let published = self.max_offset.load(Ordering::Acquire);
         let written = {
             let mut tail = self.tail();
-            self.write_out(&mut tail)?;
+            let first = tail.first;
+            self.write_out(&mut tail)
+                .map_err(|e| (self.path_for(first), e))?;
             tail.first
         };
         let max = published.max(written);
@@ -412,15 +431,15 @@ impl ConsumeQueue {
         let last_file = (max - 1) / self.entries_per_file;
         // The files that exist in the range, not every number in it: a damaged record can
         // leave an entry at an absurd offset, and counting up to it would never end.
-        let files: Vec<Arc<File>> = self
+        let files: Vec<(u64, Arc<File>)> = self
             .files
             .read()
             .expect("consume queue lock poisoned")
             .range(first_file..=last_file)
-            .map(|(_, file)| Arc::clone(file))
+            .map(|(number, file)| (*number, Arc::clone(file)))
             .collect();
-        for file in files {
-            file.sync_data()?;
+        for (number, file) in files {
+            file.sync_data().map_err(|e| (self.file_path(number), e))?;
         }
         self.flushed_offset.store(max, Ordering::Release);
         Ok(())

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::durable_file::sync_parent_dir;
+use crate::faults::{FileKind, IoFaults, IoOp};
 use crate::log::Log;
 use crate::types::{DeleteTopicError, OpenError, StoreConfig, TopicDeletion};
 use consume_queue::ConsumeQueue;
@@ -66,6 +67,11 @@ impl Queues {
     pub fn all(&self) -> Vec<Arc<ConsumeQueue>> {
         let map = self.map.read().expect("queue map lock poisoned");
         map.values().flat_map(|q| q.values().cloned()).collect()
+    }
+
+    /// The directory of a queue's files.
+    pub fn dir_of(&self, topic: &str, queue_id: u32) -> PathBuf {
+        self.root.join(topic).join(queue_id.to_string())
     }
 
     /// The queue, created (directory included) if it does not exist yet.
@@ -154,9 +160,18 @@ impl Queues {
             .map_err(|e| deletion_failed(topic, log.dir(), e))?;
         let dir = root.join(topic);
         let trash = root.join(deleted::trash_name(topic, position));
-        let renamed = move_to_trash(topic, root, &dir, &trash)?;
+        // Sorted, so that the locks are always taken in one order (nothing else holds two).
+        let mut doomed: Vec<Arc<ConsumeQueue>> = {
+            let map = self.map.read().expect("queue map lock poisoned");
+            map.get(topic)
+                .map(|queues| queues.values().cloned().collect())
+                .unwrap_or_default()
+        };
+        doomed.sort_by_key(|queue| queue.queue_id);
+        let held: Vec<_> = doomed.iter().map(|queue| queue.hold_files()).collect();
+        let renamed = move_to_trash(topic, root, &dir, &trash, log.faults())?;
         let (next, listed_ok) = self.list_deletion(topic, position, log, &dir, &trash, renamed)?;
-        let removed = self.retire_queues(topic);
+        let removed = self.retire_queues(topic, &doomed, held);
         *self.deletions.write().expect("deletions lock poisoned") = next;
         if renamed && listed_ok {
             // Left over, the directory is removed by the next open.
@@ -192,6 +207,8 @@ impl Queues {
         let listed = deleted::store(&self.deletions_path, &next);
         let listed_ok = listed.is_ok();
         if let Err(e) = listed {
+            log.faults()
+                .record(FileKind::Metadata, IoOp::Replace, &self.deletions_path, &e);
             let undone = !renamed
                 || std::fs::rename(trash, dir)
                     .and_then(|()| sync_parent_dir(dir))
@@ -203,18 +220,23 @@ impl Queues {
         Ok((next, listed_ok))
     }
 
-    /// Takes the topic's queues out of the map and retires them: retention and the checkpoint
-    /// writer may hold them still, and retired, they leave the directory (where the topic may
-    /// be created again) alone.
-    fn retire_queues(&self, topic: &str) -> HashMap<u32, Arc<ConsumeQueue>> {
+    /// Takes the topic's queues out of the map and retires them (`doomed`, whose files `held`
+    /// holds): retention and the checkpoint writer may hold them still, and retired, they
+    /// leave the directory (where the topic may be created again) alone.
+    fn retire_queues(
+        &self,
+        topic: &str,
+        doomed: &[Arc<ConsumeQueue>],
+        held: Vec<consume_queue::HeldFiles<'_>>,
+    ) -> HashMap<u32, Arc<ConsumeQueue>> {
         let removed = self
             .map
             .write()
             .expect("queue map lock poisoned")
             .remove(topic)
             .unwrap_or_default();
-        for queue in removed.values() {
-            queue.retire();
+        for (queue, held) in doomed.iter().zip(held) {
+            queue.retire_held(held);
         }
         removed
     }
@@ -235,13 +257,20 @@ fn move_to_trash(
     root: &Path,
     dir: &Path,
     trash: &Path,
+    faults: &IoFaults,
 ) -> Result<bool, DeleteTopicError> {
     match std::fs::rename(dir, trash) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(deletion_failed(topic, dir, e)),
+        Err(e) => {
+            faults.record(FileKind::ConsumeQueue, IoOp::Rename, dir, &e);
+            return Err(deletion_failed(topic, dir, e));
+        }
     }
-    sync_parent_dir(trash).map_err(|e| deletion_failed(topic, root, e))?;
+    sync_parent_dir(trash).map_err(|e| {
+        faults.record(FileKind::ConsumeQueue, IoOp::Fsync, root, &e);
+        deletion_failed(topic, root, e)
+    })?;
     Ok(true)
 }
 

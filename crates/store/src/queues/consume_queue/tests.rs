@@ -64,7 +64,7 @@ fn a_retired_queue_leaves_its_successors_files_alone() {
     old.publish(7);
     old.flush().expect("flush");
     // The deletion: retired, then its directory renamed away.
-    old.retire();
+    old.retire_held(old.hold_files());
     std::fs::rename(dir.path().join("T"), dir.path().join("T.deleted-700")).expect("rename");
     let new = ConsumeQueue::open(dir.path(), "T", 0, 3).expect("open again");
     let new_entries: Vec<u8> = (0..5).flat_map(entry_at).collect();
@@ -216,4 +216,41 @@ fn writes_cover_whole_pages_and_reopen_to_the_same_entries() {
         out,
         (next - 2..next + 3).flat_map(entry_at).collect::<Vec<u8>>()
     );
+}
+
+/// A flush whose fsync fails leaves the queue unflushed: the next flush fsyncs the same files
+/// again instead of counting them done.
+#[test]
+fn a_failed_flush_is_tried_again_on_the_same_files() {
+    let shim_dir = tempfile::tempdir().expect("tempdir");
+    let test = "queues::consume_queue::tests::a_failed_flush_is_tried_again_on_the_same_files";
+    let Some(shim) = crate::io_faults_shim::FaultShim::rerun_under_shim(test, shim_dir.path())
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let q = ConsumeQueue::open(dir.path(), "T", 0, 16).expect("open");
+    let entry = |i: u64| {
+        Entry {
+            position: i * 100,
+            size: 100,
+            tags_code: 0,
+        }
+        .encode()
+    };
+    q.write_entries(0, &entry(0)).expect("write");
+    q.publish(1);
+    q.flush().expect("flush");
+    q.write_entries(1, &entry(1)).expect("write");
+    q.publish(2);
+    shim.fail("EIO", "fsync", dir.path());
+    let (path, _) = q.flush().expect_err("the fsync fails");
+    assert_eq!(path, dir.path().join("T/0").join(segment_name(0)));
+    q.flush()
+        .expect_err("the file is fsynced again, not counted as flushed");
+    shim.clear();
+    q.flush().expect("flush once the disk works");
+    let mut out = Vec::new();
+    q.read_entries(0, 2, &mut out).expect("read");
+    assert_eq!(Entry::decode(&out[ENTRY_BYTES..]).position, 100);
 }
