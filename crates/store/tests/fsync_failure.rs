@@ -111,7 +111,11 @@ fn config(root: &Path) -> StoreConfig {
 
 fn checkpoint_flushed_position(root: &Path) -> u64 {
     // Checkpoint layout: three u64s, big-endian; the second is the CommitLog's flushed position.
-    let bytes = std::fs::read(root.join("checkpoint")).expect("checkpoint");
+    // A disk that filled before the first checkpoint was written leaves none: recovery then
+    // scans from the start, as from a checkpoint at 0.
+    let Ok(bytes) = std::fs::read(root.join("checkpoint")) else {
+        return 0;
+    };
     u64::from_be_bytes(bytes[8..16].try_into().expect("8 bytes"))
 }
 
