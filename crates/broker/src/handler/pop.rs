@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_store::{QueueBounds, ReadStatus};
-use quiver_wire::body::{self, BatchAckMessageRequestBody};
+use quiver_wire::body::{self, BatchAck, BatchAckMessageRequestBody};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
     ext_or_err, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader,
@@ -592,14 +592,9 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
         let retry = RetryFlag::parse(&entry.retry)
             .map_err(|error| Refusal::new(response_code::INVALID_PARAMETER, error.to_string()))?;
         let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, retry)?;
-        let bits = decode_base64(&entry.bit_set).ok_or_else(|| {
+        let offsets = batch_ack_offsets(&entry).ok_or_else(|| {
             Refusal::new(response_code::INVALID_PARAMETER, "bit set is not base64")
         })?;
-        let offsets = bits.iter().enumerate().flat_map(|(byte_index, byte)| {
-            (0..8)
-                .filter(move |bit| byte & (1 << bit) != 0)
-                .map(move |bit| entry.start_offset + (byte_index * 8 + bit) as i64)
-        });
         acked(call.broker.popping(), &key, offsets);
     }
     answer(request.response_to(response_code::SUCCESS))
@@ -632,6 +627,22 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
         .with("invisibleTime", header.invisible_time)
         .with("reviveQid", REVIVE_QID);
     answer(request.response_to(response_code::SUCCESS).with_ext(ext))
+}
+
+/// The offsets a BATCH_ACK_MESSAGE entry acknowledges: bit i of its bit set stands for
+/// `start_offset + i`. None when the bit set is not base64.
+pub(crate) fn batch_ack_offsets(entry: &BatchAck) -> Option<impl Iterator<Item = i64>> {
+    let bits = decode_base64(&entry.bit_set)?;
+    let start_offset = entry.start_offset;
+    Some(
+        bits.into_iter()
+            .enumerate()
+            .flat_map(move |(byte_index, byte)| {
+                (0..8)
+                    .filter(move |bit| byte & (1 << bit) != 0)
+                    .map(move |bit| start_offset + (byte_index * 8 + bit) as i64)
+            }),
+    )
 }
 
 /// Standard base64 (with or without padding), as java.util.Base64 writes a BitSet.
