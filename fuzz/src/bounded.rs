@@ -35,6 +35,18 @@ const INTERESTING_I32: [i32; 10] = [
     16 * 1024 * 1024,
 ];
 const INTERESTING_I64: [i64; 5] = [0, -1, i64::MAX, i64::MIN, 1 << 32];
+/// The same edges written out, for the numbers in JSON, headers, handles and selectors.
+const INTERESTING_DECIMALS: [&[u8]; 9] = [
+    b"0",
+    b"-1",
+    b"2147483647",
+    b"-2147483649",
+    b"9223372036854775807",
+    b"-9223372036854775808",
+    b"18446744073709551616",
+    b"1e400",
+    b"0.5",
+];
 
 /// How long one target runs, and from which seed.
 #[derive(Debug, Clone, Copy)]
@@ -216,7 +228,7 @@ fn mutate(input: &mut Vec<u8>, seeds: &[Vec<u8>], tokens: &[&[u8]], rng: &mut Rn
         return;
     }
     let at = rng.below(input.len());
-    match rng.below(10) {
+    match rng.below(11) {
         0 => input[at] ^= 1 << rng.below(8),
         1 => input[at] = rng.next() as u8,
         2 => overwrite(input, at, &INTERESTING_I32[rng.below(10)].to_be_bytes()),
@@ -244,12 +256,26 @@ fn mutate(input: &mut Vec<u8>, seeds: &[Vec<u8>], tokens: &[&[u8]], rng: &mut Rn
             input.extend_from_slice(&other[from..]);
         }
         8 => input.truncate(at),
+        9 => replace_number(input, at, INTERESTING_DECIMALS[rng.below(9)]),
         _ => {
             let count = 1 + rng.below(8);
             let bytes: Vec<u8> = (0..count).map(|_| rng.next() as u8).collect();
             input.splice(at..at, bytes);
         }
     }
+}
+
+/// Replaces the first run of ASCII digits from `at` on with `number`.
+fn replace_number(input: &mut Vec<u8>, at: usize, number: &[u8]) {
+    let Some(start) = input[at..].iter().position(u8::is_ascii_digit) else {
+        return;
+    };
+    let start = at + start;
+    let length = input[start..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    input.splice(start..start + length, number.iter().copied());
 }
 
 /// Writes `bytes` over `input` from `at`, as far as it reaches.
