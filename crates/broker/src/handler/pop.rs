@@ -630,7 +630,8 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
 }
 
 /// The offsets a BATCH_ACK_MESSAGE entry acknowledges: bit i of its bit set stands for
-/// `start_offset + i`. None when the bit set is not base64.
+/// `start_offset + i`. None when the bit set is not base64. The start comes from the client:
+/// bits that would count past i64::MAX name no offset a queue can hold and are left out.
 pub(crate) fn batch_ack_offsets(entry: &BatchAck) -> Option<impl Iterator<Item = i64>> {
     let bits = decode_base64(&entry.bit_set)?;
     let start_offset = entry.start_offset;
@@ -640,7 +641,7 @@ pub(crate) fn batch_ack_offsets(entry: &BatchAck) -> Option<impl Iterator<Item =
             .flat_map(move |(byte_index, byte)| {
                 (0..8)
                     .filter(move |bit| byte & (1 << bit) != 0)
-                    .map(move |bit| start_offset + (byte_index * 8 + bit) as i64)
+                    .filter_map(move |bit| start_offset.checked_add((byte_index * 8 + bit) as i64))
             }),
     )
 }
@@ -673,6 +674,17 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_ack_bits_past_the_largest_offset_are_left_out() {
+        let entry = BatchAck {
+            start_offset: i64::MAX - 1,
+            bit_set: "Bw==".to_string(),
+            ..BatchAck::default()
+        };
+        let offsets: Vec<i64> = batch_ack_offsets(&entry).expect("base64").collect();
+        assert_eq!(offsets, vec![i64::MAX - 1, i64::MAX]);
+    }
 
     #[test]
     fn base64_decodes_java_bitsets() {
