@@ -30,6 +30,8 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Includes the bounded fuzz run (fuzz/tests/bounded.rs): each target for 5 s, about 30 s on two
+# cores; scripts/fuzz.sh runs them for longer.
 cargo test --workspace --locked
 # Apache RocketMQ's own Java client, mqadmin and benchmark tools against `quiver up`
 # (installs Java 17 and Maven when missing; jars are cached in .cache/m2).

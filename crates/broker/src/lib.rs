@@ -17,6 +17,8 @@ pub mod config;
 pub mod connection;
 pub mod delay;
 pub mod filter;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod groups;
 pub mod ha;
 pub mod handler;

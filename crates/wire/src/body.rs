@@ -35,7 +35,7 @@ pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 
 /// Rewrites `{0:"a",-1:"b"}` as `{"0":"a","-1":"b"}`, touching nothing inside strings.
 /// A bare integer counts as a key when it follows `{` or `,` and is followed by `:`.
-fn quote_integer_keys(input: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+pub(crate) fn quote_integer_keys(input: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     let mut out: Option<Vec<u8>> = None;
     let mut in_string = false;
     let mut escaped = false;

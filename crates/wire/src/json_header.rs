@@ -17,7 +17,7 @@ fn bad(reason: impl Into<String>) -> FrameError {
     FrameError::BadJsonHeader(reason.into())
 }
 
-mod fast;
+pub(crate) mod fast;
 
 pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
     match fast::decode(header) {
@@ -27,7 +27,7 @@ pub(crate) fn decode(header: &Bytes) -> Result<Command, FrameError> {
 }
 
 /// Any JSON header, through serde_json: what `fast` does not take, and every error.
-fn decode_general(header: &Bytes) -> Result<Command, FrameError> {
+pub(crate) fn decode_general(header: &Bytes) -> Result<Command, FrameError> {
     // serde_json's map keeps the last of duplicate keys, which is the rule we want.
     let value: Value = serde_json::from_slice(header).map_err(|err| bad(err.to_string()))?;
     let Value::Object(fields) = value else {

@@ -13,6 +13,8 @@ pub mod command;
 mod ext;
 pub mod frame;
 mod frame_error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod header;
 mod json_header;
 pub mod message;

@@ -35,6 +35,8 @@ mod send;
 mod stats;
 mod transaction;
 
+pub(crate) use pop::batch_ack_offsets;
+
 /// What a handler may touch, and the time the request is handled at.
 pub struct Call<'a> {
     pub broker: &'a Arc<Broker>,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_store::{QueueBounds, ReadStatus};
-use quiver_wire::body::{self, BatchAckMessageRequestBody};
+use quiver_wire::body::{self, BatchAck, BatchAckMessageRequestBody};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
     ext_or_err, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader, PopMessageRequestHeader,
@@ -660,11 +660,7 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
         let retry = RetryFlag::parse(&entry.retry)
             .map_err(|error| Refusal::new(response_code::INVALID_PARAMETER, error.to_string()))?;
         let key = handle_key(&entry.consumer_group, &entry.topic, entry.queue_id, retry)?;
-        let offsets = bits.iter().enumerate().flat_map(|(byte_index, byte)| {
-            (0..8)
-                .filter(move |bit| byte & (1 << bit) != 0)
-                .map(move |bit| entry.start_offset + (byte_index * 8 + bit) as i64)
-        });
+        let offsets = set_bits_from(entry.start_offset, bits);
         acked(call.broker.popping(), &key, offsets);
     }
     answer(request.response_to(response_code::SUCCESS))
@@ -699,6 +695,27 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
     answer(request.response_to(response_code::SUCCESS).with_ext(ext))
 }
 
+/// The offsets a BATCH_ACK_MESSAGE entry acknowledges: bit i of its bit set stands for
+/// `start_offset + i`. None when the bit set is not base64. The start comes from the client:
+/// bits that would count past i64::MAX name no offset a queue can hold and are left out.
+pub(crate) fn batch_ack_offsets(entry: &BatchAck) -> Option<impl Iterator<Item = i64>> {
+    Some(set_bits_from(
+        entry.start_offset,
+        decode_base64(&entry.bit_set)?,
+    ))
+}
+
+/// The offsets a BitSet's bytes name from `start_offset`; those past `i64::MAX` are left out.
+fn set_bits_from(start_offset: i64, bits: Vec<u8>) -> impl Iterator<Item = i64> {
+    bits.into_iter()
+        .enumerate()
+        .flat_map(move |(byte_index, byte)| {
+            (0..8)
+                .filter(move |bit| byte & (1 << bit) != 0)
+                .filter_map(move |bit| start_offset.checked_add((byte_index * 8 + bit) as i64))
+        })
+}
+
 /// Standard base64 (with or without padding), as java.util.Base64 writes a BitSet.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::new();
@@ -727,6 +744,17 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_ack_bits_past_the_largest_offset_are_left_out() {
+        let entry = BatchAck {
+            start_offset: i64::MAX - 1,
+            bit_set: "Bw==".to_string(),
+            ..BatchAck::default()
+        };
+        let offsets: Vec<i64> = batch_ack_offsets(&entry).expect("base64").collect();
+        assert_eq!(offsets, vec![i64::MAX - 1, i64::MAX]);
+    }
 
     #[test]
     fn base64_decodes_java_bitsets() {

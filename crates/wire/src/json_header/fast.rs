@@ -13,7 +13,7 @@ use bytes::Bytes;
 use crate::command::{Command, Encoding, LanguageCode};
 use crate::ext::{ExtFields, FrameValue};
 
-pub(super) fn decode(header: &Bytes) -> Option<Command> {
+pub(crate) fn decode(header: &Bytes) -> Option<Command> {
     // Every range taken below is then UTF-8: it starts and ends at ASCII quotes.
     std::str::from_utf8(header).ok()?;
     let mut reader = Reader {
