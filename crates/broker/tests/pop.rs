@@ -727,7 +727,6 @@ async fn a_pop_stops_at_the_byte_cap_in_whole_messages() {
 }
 
 fn batch_ack_request(topic: &str, queue_id: i32, start_offset: i64, bits: &[u8]) -> Command {
-    use base64_bits::encode;
     let body = body::BatchAckMessageRequestBody {
         broker_name: "broker-a".into(),
         acks: vec![body::BatchAck {
@@ -739,34 +738,11 @@ fn batch_ack_request(topic: &str, queue_id: i32, start_offset: i64, bits: &[u8])
             revive_queue_id: 0,
             pop_time: 0,
             invisible_time: 60_000,
-            bit_set: encode(bits),
+            bit_set: quiver_wire::bit_set::encode(bits),
         }],
     };
     Command::request(request_code::BATCH_ACK_MESSAGE, Encoding::Json)
         .with_body(body::to_json(&body))
-}
-
-/// Standard base64 with padding, as java.util.Base64 writes a BitSet's bytes.
-mod base64_bits {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-    pub fn encode(bytes: &[u8]) -> String {
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
 }
 
 /// BATCH_ACK_MESSAGE acknowledges the offsets its bit set names (they do not come back), and

@@ -258,7 +258,7 @@ fn batch_acks(
                 revive_queue_id: revive_qid,
                 pop_time,
                 invisible_time: invisible,
-                bit_set: encode_base64(&bits),
+                bit_set: quiver_wire::bit_set::encode(&bits),
             }
         })
         .collect()
@@ -289,27 +289,6 @@ fn ack_target(message: &StoredMessage) -> Option<(RetryFlag, i32, i64)> {
 /// RocketMQ broker refuses): they always travel JSON-encoded, as Java clients send them.
 fn pop_request(code: i32) -> quiver_wire::Command {
     quiver_wire::Command::request(code, quiver_wire::Encoding::Json)
-}
-
-fn encode_base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -351,13 +330,5 @@ mod tests {
     fn a_message_whose_handle_does_not_parse_is_not_acked() {
         assert_eq!(ack_target(&popped(1, 7, Some("4 1000 60000 0 1"))), None);
         assert_eq!(ack_target(&popped(1, 7, Some("x 1 2 0 1 b 0 5"))), None);
-    }
-
-    #[test]
-    fn base64_matches_javas() {
-        assert_eq!(encode_base64(&[5, 2]), "BQI=");
-        assert_eq!(encode_base64(&[1]), "AQ==");
-        assert_eq!(encode_base64(&[1, 2, 3]), "AQID");
-        assert_eq!(encode_base64(&[]), "");
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod batch;
 mod binary_header;
+pub mod bit_set;
 pub mod body;
 pub mod code;
 pub mod command;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_store::{QueueBounds, ReadStatus};
+use quiver_wire::bit_set;
 use quiver_wire::body::{self, BatchAck, BatchAckMessageRequestBody};
 use quiver_wire::code::response_code;
 use quiver_wire::header::{
@@ -643,7 +644,7 @@ pub fn batch_ack(call: &Call, request: &Command) -> Handled {
     let mut decoded = Vec::with_capacity(batch.acks.len());
     let mut span_bits = 0usize;
     for entry in &batch.acks {
-        let bits = decode_base64(&entry.bit_set).ok_or_else(|| {
+        let bits = bit_set::decode(&entry.bit_set).ok_or_else(|| {
             Refusal::new(response_code::INVALID_PARAMETER, "bit set is not base64")
         })?;
         span_bits += bits.len() * 8;
@@ -701,7 +702,7 @@ pub fn change_invisible_time(call: &Call, request: &Command) -> Handled {
 pub(crate) fn batch_ack_offsets(entry: &BatchAck) -> Option<impl Iterator<Item = i64>> {
     Some(set_bits_from(
         entry.start_offset,
-        decode_base64(&entry.bit_set)?,
+        bit_set::decode(&entry.bit_set)?,
     ))
 }
 
@@ -714,31 +715,6 @@ fn set_bits_from(start_offset: i64, bits: Vec<u8>) -> impl Iterator<Item = i64> 
                 .filter(move |bit| byte & (1 << bit) != 0)
                 .filter_map(move |bit| start_offset.checked_add((byte_index * 8 + bit) as i64))
         })
-}
-
-/// Standard base64 (with or without padding), as java.util.Base64 writes a BitSet.
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buffer = 0u32;
-    let mut bits = 0;
-    for c in text.bytes().filter(|c| *c != b'=') {
-        let value = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        };
-        buffer = (buffer << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buffer >> bits) as u8);
-            buffer &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -754,14 +730,6 @@ mod tests {
         };
         let offsets: Vec<i64> = batch_ack_offsets(&entry).expect("base64").collect();
         assert_eq!(offsets, vec![i64::MAX - 1, i64::MAX]);
-    }
-
-    #[test]
-    fn base64_decodes_java_bitsets() {
-        // BitSet {0, 2, 9}: bytes 0b101, 0b10 -> "BQI=".
-        assert_eq!(decode_base64("BQI="), Some(vec![5, 2]));
-        assert_eq!(decode_base64("BQI"), Some(vec![5, 2]));
-        assert_eq!(decode_base64("B*"), None);
     }
 
     #[test]
