@@ -22,10 +22,10 @@ use crate::faults::{FileKind, IoFaults, IoOp};
 use crate::index::{Index, KeyEntry};
 use crate::log::Writer;
 use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
-use crate::queues::{valid_topic, Queues};
+use crate::queues::{valid_topic, Queues, StartedDeletion};
 use crate::types::{
     Append, AppendError, AppendOutcome, Appended, DeleteTopicError, FlushStatus, Record,
-    ReplicaError, StoreConfig, TopicDeletion,
+    ReplicaError, StoreConfig,
 };
 use quiver_record::{RecordView, BLANK_BYTES, MAGIC_BLANK, RECORD_BYTES_MIN};
 
@@ -246,15 +246,22 @@ impl Appender {
         })
     }
 
-    /// Deletes `topic`'s ConsumeQueues with the CommitLog at the next byte to write, between
-    /// groups, so that no append of the topic interleaves (see `Queues::delete_topic`).
-    pub fn delete_topic(&mut self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
+    /// Starts deleting `topic`'s ConsumeQueues with the CommitLog at the next byte to write,
+    /// between groups, so that no append of the topic interleaves (see
+    /// `Queues::start_deletion`). Returns the position, and the deletion to finish once the
+    /// appender is let go (None when the topic had no queues).
+    pub fn start_deletion(
+        &mut self,
+        topic: &str,
+    ) -> Result<(u64, Option<StartedDeletion>), DeleteTopicError> {
         let position = self.commitlog.position();
-        let deletion = self
+        let started = self
             .queues
-            .delete_topic(topic, position, self.commitlog.log())?;
-        self.forget_topic(topic);
-        Ok(deletion)
+            .start_deletion(topic, position, self.commitlog.log())?;
+        if started.is_some() {
+            self.forget_topic(topic);
+        }
+        Ok((position, started))
     }
 
     /// Drops the topic's queue writers (its ConsumeQueues are deleted): a later append to the

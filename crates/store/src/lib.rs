@@ -103,6 +103,8 @@ struct Inner {
     /// callers' alike (flat combining), so appends need no thread of their own and no
     /// hand-off between threads; callers that find it taken leave their request to the holder.
     appender: Mutex<Appender>,
+    /// Held through a topic deletion, both halves (`Store::delete_topic`).
+    deleting: Mutex<()>,
     /// With sync flush: written groups waiting for an fsync, and who runs it.
     group_commit: Arc<GroupCommit>,
     /// Dropping these wakes and stops the timed background threads.
@@ -405,6 +407,7 @@ impl Store {
                 queue_capacity: config.append_queue_requests_max.max(1),
                 sync_flush: sync.is_some(),
                 appender: Mutex::new(appender),
+                deleting: Mutex::new(()),
                 group_commit,
                 stops: Mutex::new(threads.stops),
                 threads: Mutex::new(threads.handles),
@@ -644,10 +647,15 @@ impl Store {
     /// Deletes `topic`'s ConsumeQueues, as RocketMQ's `deleteTopics` does: its queues become
     /// unknown, an append to it afterwards starts a new queue at offset 0, and its records
     /// (which stay in the CommitLog until retention takes their segments) are neither
-    /// re-dispatched by recovery nor found by key. Appends wait while it runs. Durable when it
-    /// returns; a crash part-way either undoes it or lets the next open finish it.
+    /// re-dispatched by recovery nor found by key. Appends wait only for its rename and its
+    /// bookkeeping in memory, never for a disk: its fsyncs and file removals run after it lets
+    /// the appender go, on the caller's thread, which must not be an async runtime's worker.
+    /// Durable when it returns; a crash part-way either undoes it or lets the next open finish it. A topic
+    /// with no queues (a name that never held a message) is not recorded: `queues` is 0.
     pub fn delete_topic(&self, topic: &str) -> Result<TopicDeletion, DeleteTopicError> {
         let inner = &self.inner;
+        // One at a time: the list each writes must hold only deletions whose rename is durable.
+        let _one_at_a_time = relock(inner.deleting.lock());
         // Whatever the topic's kind now: a name deleted and created again as the other kind
         // must find neither its old ring nor its old ConsumeQueues.
         inner
@@ -658,11 +666,19 @@ impl Store {
                 path: inner.config.memory_offsets_path.display().to_string(),
                 message: e.to_string(),
             })?;
-        let result = relock(inner.appender.lock()).delete_topic(topic);
+        // The appender is held only for the renames and the bookkeeping in memory: the fsyncs,
+        // the list's write and the removal of the files come after, while sends go on.
+        let started = relock(inner.appender.lock()).start_deletion(topic);
         // Sends that others queued while this held the appender were left to the holder: write
         // them (and, with sync flush, fsync them) as any holder does after letting go.
         inner.write_and_commit();
-        result
+        match started? {
+            (position, None) => Ok(TopicDeletion {
+                queues: 0,
+                position,
+            }),
+            (_, Some(started)) => inner.queues.finish_deletion(started, &inner.log),
+        }
     }
 
     /// The topics kept in memory, for the owner of topics' settings to mark (`MemoryTopics::set`):

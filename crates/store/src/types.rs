@@ -328,7 +328,7 @@ pub struct DeleteTopicError {
 /// What a topic deletion removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TopicDeletion {
-    /// ConsumeQueues removed.
+    /// ConsumeQueues removed; 0 when the topic had none, and then nothing was recorded.
     pub queues: usize,
     /// The CommitLog position at the deletion: the topic's records below it stay out of reads.
     pub position: u64,

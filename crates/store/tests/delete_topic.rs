@@ -114,6 +114,10 @@ fn deleting_twice_and_deleting_an_unknown_topic_are_harmless() {
     let config = small_config(dir.path());
     let (store, _) = Store::open(config.clone()).expect("open");
     assert_eq!(store.delete_topic("Nobody").expect("delete").queues, 0);
+    assert!(
+        !config.deleted_topics_path.exists(),
+        "a name that never held a message is not recorded"
+    );
     fill(&store, "T", "first", 6);
     store.delete_topic("T").expect("delete");
     let second = fill(&store, "T", "second", 6);

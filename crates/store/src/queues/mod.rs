@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::durable_file::sync_parent_dir;
-use crate::faults::{FileKind, IoFaults, IoOp};
+use crate::faults::{FileKind, IoOp};
 use crate::log::Log;
 use crate::types::{DeleteTopicError, OpenError, StoreConfig, TopicDeletion};
 use consume_queue::ConsumeQueue;
@@ -33,12 +33,22 @@ pub fn valid_topic(topic: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'))
 }
 
+/// A deletion whose first half is done (`Queues::start_deletion`).
+#[derive(Debug)]
+pub struct StartedDeletion {
+    topic: String,
+    position: u64,
+    /// The renamed directory, when the topic had one.
+    trash: Option<PathBuf>,
+    queues: usize,
+}
+
 pub struct Queues {
     /// The ConsumeQueue directory.
     root: PathBuf,
     entries_per_file: u64,
     map: RwLock<QueueMap>,
-    /// Deleted topics (`deleted.rs`); written under the appender lock.
+    /// Deleted topics (`deleted.rs`); added to under the appender lock.
     deletions: RwLock<Deletions>,
     deletions_path: PathBuf,
     listener: RwLock<Option<ArrivalListener>>,
@@ -136,15 +146,25 @@ impl Queues {
             .clone()
     }
 
-    /// Deletes `topic`'s queues, the CommitLog standing at `position` (see `deleted.rs`). The
-    /// caller holds the appender, so that no append of the topic interleaves, and forgets its
-    /// own handles to the queues afterwards.
-    pub fn delete_topic(
+    /// The first half of deleting `topic`, the CommitLog standing at `position` (see
+    /// `deleted.rs`): renames its directory to its trash name, retires its queues and lists the
+    /// deletion in memory, so that from here on reads and key queries leave its records out and
+    /// an append of the topic opens new queues from offset 0. The caller holds the appender, so
+    /// that no append of the topic interleaves, and forgets its own handles to the queues; it
+    /// then lets go of the appender and calls `finish_deletion`. Nothing here waits for a disk:
+    /// sends go on while the deletion is made durable. None when the topic has no queues: a
+    /// name that never held a message is not recorded.
+    ///
+    /// Why the rename can wait for its fsync: a new queue of the topic fsyncs this directory
+    /// when it creates its own (`ConsumeQueue::open`), before any record of it is written, and
+    /// that fsync carries the rename with it. So no record of a topic created again can outlive
+    /// a crash that loses its deletion.
+    pub fn start_deletion(
         &self,
         topic: &str,
         position: u64,
         log: &Log,
-    ) -> Result<TopicDeletion, DeleteTopicError> {
+    ) -> Result<Option<StartedDeletion>, DeleteTopicError> {
         let root = &self.root;
         if !valid_topic(topic) {
             // Never a path outside the ConsumeQueue directory.
@@ -154,12 +174,6 @@ impl Queues {
                 message: "not a valid topic name".to_string(),
             });
         }
-        // The log must not end below the deletion after a crash: records appended after
-        // recovery would then lie below it and be taken for the deleted topic's.
-        log.flush(position)
-            .map_err(|e| deletion_failed(topic, log.dir(), e))?;
-        let dir = root.join(topic);
-        let trash = root.join(deleted::trash_name(topic, position));
         // Sorted, so that the locks are always taken in one order (nothing else holds two).
         let mut doomed: Vec<Arc<ConsumeQueue>> = {
             let map = self.map.read().expect("queue map lock poisoned");
@@ -169,55 +183,80 @@ impl Queues {
         };
         doomed.sort_by_key(|queue| queue.queue_id);
         let held: Vec<_> = doomed.iter().map(|queue| queue.hold_files()).collect();
-        let renamed = move_to_trash(topic, root, &dir, &trash, log.faults())?;
-        let (next, listed_ok) = self.list_deletion(topic, position, log, &dir, &trash, renamed)?;
-        let removed = self.retire_queues(topic, &doomed, held);
-        *self.deletions.write().expect("deletions lock poisoned") = next;
-        if renamed && listed_ok {
-            // Left over, the directory is removed by the next open.
-            let _ = std::fs::remove_dir_all(&trash);
+        let dir = root.join(topic);
+        let trash = root.join(deleted::trash_name(topic, position));
+        let renamed = match std::fs::rename(&dir, &trash) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => {
+                log.faults()
+                    .record(FileKind::ConsumeQueue, IoOp::Rename, &dir, &e);
+                return Err(deletion_failed(topic, &dir, e));
+            }
+        };
+        if !renamed && doomed.is_empty() {
+            return Ok(None);
         }
-        Ok(TopicDeletion {
-            queues: removed.len(),
+        let removed = self.retire_queues(topic, &doomed, held);
+        deleted::add(
+            &mut self.deletions.write().expect("deletions lock poisoned"),
+            topic,
             position,
-        })
+        );
+        Ok(Some(StartedDeletion {
+            topic: topic.to_string(),
+            position,
+            trash: renamed.then_some(trash),
+            queues: removed.len(),
+        }))
     }
 
-    /// The deleted-topic list with `topic` deleted at `position`, written to its file; with
-    /// whether the write succeeded. A failed write undoes the rename (`renamed`: `dir` to
-    /// `trash`) if it can and fails the deletion; otherwise the next open finishes the
-    /// deletion from the trash directory's name, and this one carries on in memory.
-    fn list_deletion(
+    /// The second half of a deletion, with no lock of the appender's held: the CommitLog
+    /// fsynced up to the deletion's position (so that no crash leaves the log ending below
+    /// it), the rename made durable (the commit point), the list written, the renamed
+    /// directory removed. The caller runs one deletion at a time, so the list written holds
+    /// no deletion whose rename is not durable yet. An error leaves the deletion in effect in
+    /// memory; its trash directory stays, and the next open finishes it from its name.
+    pub fn finish_deletion(
         &self,
-        topic: &str,
-        position: u64,
+        started: StartedDeletion,
         log: &Log,
-        dir: &Path,
-        trash: &Path,
-        renamed: bool,
-    ) -> Result<(Deletions, bool), DeleteTopicError> {
-        let mut next = self.deletions();
-        deleted::add(&mut next, topic, position);
-        // The first segment on disk, not the min position: retention raises that before it
-        // removes the segments, and a deletion must stay listed while any of its records may
-        // be read.
-        if let Some(first) = log.first_base() {
-            deleted::prune(&mut next, first);
+    ) -> Result<TopicDeletion, DeleteTopicError> {
+        let StartedDeletion {
+            topic,
+            position,
+            trash,
+            queues,
+        } = started;
+        log.flush(position)
+            .map_err(|e| deletion_failed(&topic, log.dir(), e))?;
+        if let Some(trash) = &trash {
+            sync_parent_dir(trash).map_err(|e| {
+                log.faults()
+                    .record(FileKind::ConsumeQueue, IoOp::Fsync, &self.root, &e);
+                deletion_failed(&topic, &self.root, e)
+            })?;
         }
-        let listed = deleted::store(&self.deletions_path, &next);
-        let listed_ok = listed.is_ok();
-        if let Err(e) = listed {
+        let listed = {
+            let mut deletions = self.deletions.write().expect("deletions lock poisoned");
+            // The first segment on disk, not the min position: retention raises that before
+            // it removes the segments, and a deletion must stay listed while any of its
+            // records may be read.
+            if let Some(first) = log.first_base() {
+                deleted::prune(&mut deletions, first);
+            }
+            deletions.clone()
+        };
+        deleted::store(&self.deletions_path, &listed).map_err(|e| {
             log.faults()
                 .record(FileKind::Metadata, IoOp::Replace, &self.deletions_path, &e);
-            let undone = !renamed
-                || std::fs::rename(trash, dir)
-                    .and_then(|()| sync_parent_dir(dir))
-                    .is_ok();
-            if undone {
-                return Err(deletion_failed(topic, &self.deletions_path, e));
-            }
+            deletion_failed(&topic, &self.deletions_path, e)
+        })?;
+        if let Some(trash) = &trash {
+            // Left over, the directory is removed by the next open.
+            let _ = std::fs::remove_dir_all(trash);
         }
-        Ok((next, listed_ok))
+        Ok(TopicDeletion { queues, position })
     }
 
     /// Takes the topic's queues out of the map and retires them (`doomed`, whose files `held`
@@ -248,30 +287,6 @@ fn deletion_failed(topic: &str, path: &Path, e: io::Error) -> DeleteTopicError {
         path: path.display().to_string(),
         message: e.to_string(),
     }
-}
-
-/// Renames the topic's `dir` to its `trash` name, durably: the commit point of its deletion,
-/// which happens once the rename is durable. False when the topic has no directory.
-fn move_to_trash(
-    topic: &str,
-    root: &Path,
-    dir: &Path,
-    trash: &Path,
-    faults: &IoFaults,
-) -> Result<bool, DeleteTopicError> {
-    match std::fs::rename(dir, trash) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => {
-            faults.record(FileKind::ConsumeQueue, IoOp::Rename, dir, &e);
-            return Err(deletion_failed(topic, dir, e));
-        }
-    }
-    sync_parent_dir(trash).map_err(|e| {
-        faults.record(FileKind::ConsumeQueue, IoOp::Fsync, root, &e);
-        deletion_failed(topic, root, e)
-    })?;
-    Ok(true)
 }
 
 /// Loads the deleted-topic list and finishes the deletions a crash interrupted: a ConsumeQueue
