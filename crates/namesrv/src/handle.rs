@@ -10,6 +10,7 @@ use quiver_wire::header::{
     KvConfigHeader, RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader,
 };
 use quiver_wire::message::body_crc;
+use quiver_wire::register_body::{self, REGISTER_BODY_INFLATED_BYTES_MAX};
 use quiver_wire::{Command, ExtFields};
 
 use crate::route_table::{ConnectionId, Registration, RouteTable};
@@ -73,27 +74,27 @@ fn register_broker(call: &Call, request: &Command) -> Result<Command, HeaderErro
             .response_to(response_code::SYSTEM_ERROR)
             .with_remark("crc32 not match"));
     }
-    if header.compressed {
-        return Ok(request
-            .response_to(response_code::SYSTEM_ERROR)
-            .with_remark(
-                "compressed registration bodies are not supported; set compressedRegister=false",
-            ));
-    }
-    let (data_version, topics) = if request.body.is_empty() {
-        (None, Default::default())
+    // A Java broker sends JSON unless `compressedRegister` is set; Quiver's broker compresses
+    // a large registration. The compressed body inflates to at most a bounded size.
+    let parsed = if request.body.is_empty() {
+        None
+    } else if header.compressed {
+        match register_body::decode_compressed(&request.body, REGISTER_BODY_INFLATED_BYTES_MAX) {
+            Ok(parsed) => Some(parsed),
+            Err(error) => return Ok(refused(request, error.to_string())),
+        }
     } else {
         match body::from_json::<RegisterBrokerBody>(&request.body) {
-            Ok(parsed) => {
-                let wrapper = parsed.topic_config_serialize_wrapper;
-                (Some(wrapper.data_version), wrapper.topic_config_table)
-            }
-            Err(error) => {
-                return Ok(request
-                    .response_to(response_code::SYSTEM_ERROR)
-                    .with_remark(error.to_string()))
-            }
+            Ok(parsed) => Some(parsed),
+            Err(error) => return Ok(refused(request, error.to_string())),
         }
+    };
+    let (data_version, topics) = match parsed {
+        Some(parsed) => {
+            let wrapper = parsed.topic_config_serialize_wrapper;
+            (Some(wrapper.data_version), wrapper.topic_config_table)
+        }
+        None => (None, Default::default()),
     };
     let registration = Registration {
         cluster: header.cluster_name,
@@ -115,6 +116,13 @@ fn register_broker(call: &Call, request: &Command) -> Result<Command, HeaderErro
         ext = ext.with("haServerAddr", ha_server_addr);
     }
     Ok(request.response_to(response_code::SUCCESS).with_ext(ext))
+}
+
+fn refused(request: &Command, remark: String) -> Command {
+    tracing::warn!(%remark, "registration refused");
+    request
+        .response_to(response_code::SYSTEM_ERROR)
+        .with_remark(remark)
 }
 
 fn unregister_broker(call: &Call, request: &Command) -> Result<Command, HeaderError> {
@@ -264,4 +272,104 @@ fn delete_kv_config(call: &Call, request: &Command) -> Result<Command, HeaderErr
     let header = KvConfigHeader::from_ext(ext_or_err(request)?)?;
     lock(call).kv_delete(&header.namespace, &header.key);
     Ok(request.response_to(response_code::SUCCESS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_wire::body::TopicConfig;
+    use quiver_wire::header::GetRouteInfoRequestHeader;
+    use quiver_wire::Encoding;
+
+    fn registration(topics: usize, compressed: bool) -> Command {
+        let mut body = RegisterBrokerBody::default();
+        let wrapper = &mut body.topic_config_serialize_wrapper;
+        wrapper.data_version.counter = 1;
+        for index in 0..topics {
+            let name = format!("T{index}");
+            let config = TopicConfig {
+                topic_name: name.clone(),
+                read_queue_nums: 4,
+                write_queue_nums: 4,
+                perm: 6,
+                topic_filter_type: "SINGLE_TAG".into(),
+                ..TopicConfig::default()
+            };
+            wrapper.topic_config_table.insert(name, config);
+        }
+        let bytes = if compressed {
+            register_body::encode_compressed(&body)
+        } else {
+            body::to_json(&body)
+        };
+        signed(bytes, compressed)
+    }
+
+    fn signed(bytes: Vec<u8>, compressed: bool) -> Command {
+        let header = RegisterBrokerRequestHeader {
+            broker_name: "broker-a".into(),
+            broker_addr: "127.0.0.1:10911".into(),
+            cluster_name: "DefaultCluster".into(),
+            ha_server_addr: "127.0.0.1:10912".into(),
+            broker_id: 0,
+            heartbeat_timeout_millis: None,
+            compressed,
+            body_crc32: body_crc(&bytes),
+        };
+        Command::request(request_code::REGISTER_BROKER, Encoding::Json)
+            .with_ext(header.to_ext())
+            .with_body(bytes)
+    }
+
+    fn routed(table: &Mutex<RouteTable>, topic: &str) -> bool {
+        let call = Call {
+            table,
+            connection: 1,
+            now_ms: 1,
+        };
+        let header = GetRouteInfoRequestHeader {
+            topic: topic.into(),
+        };
+        let request = Command::request(request_code::GET_ROUTEINFO_BY_TOPIC, Encoding::Json)
+            .with_ext(header.to_ext());
+        handle(&call, &request).code == response_code::SUCCESS
+    }
+
+    #[test]
+    fn compressed_and_json_registrations_are_both_read() {
+        for compressed in [true, false] {
+            let table = Mutex::new(RouteTable::new(120_000));
+            let call = Call {
+                table: &table,
+                connection: 1,
+                now_ms: 1,
+            };
+            let answer = handle(&call, &registration(3_000, compressed));
+            assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+            assert!(routed(&table, "T2999"), "compressed: {compressed}");
+        }
+    }
+
+    #[test]
+    fn a_compressed_body_that_inflates_past_its_bound_is_refused() {
+        use std::io::Write;
+        // A data version's length that claims the whole bound and more: refused before it is
+        // read, whatever the body would inflate to.
+        let claimed = (REGISTER_BODY_INFLATED_BYTES_MAX as i32 + 1).to_be_bytes();
+        let mut encoder =
+            flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(&claimed).expect("compress");
+        let bomb = encoder.finish().expect("finish");
+        let table = Mutex::new(RouteTable::new(120_000));
+        let call = Call {
+            table: &table,
+            connection: 1,
+            now_ms: 1,
+        };
+        let answer = handle(&call, &signed(bomb, true));
+        assert_eq!(answer.code, response_code::SYSTEM_ERROR);
+        let remark = answer.remark.unwrap_or_default();
+        assert!(remark.contains("inflates past"), "{remark}");
+        assert!(!routed(&table, "T0"));
+    }
 }

@@ -20,6 +20,7 @@ pub mod header;
 mod json_header;
 pub mod message;
 pub mod receipt;
+pub mod register_body;
 pub mod stats;
 pub mod timer_checkpoint;
 
