@@ -2,7 +2,7 @@
 //! subscriptions (a push consumer's pull carries none, so the broker filters by what the
 //! group's last heartbeat said).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use quiver_wire::body::{ConsumerData, HeartbeatData};
@@ -38,35 +38,162 @@ struct Tables {
     consumers: BTreeMap<String, BTreeMap<String, Member>>,
     /// group -> client id -> (connection, last seen)
     producers: BTreeMap<String, BTreeMap<String, (Connection, i64)>>,
+    /// Who holds the entries above, to count them against the limits.
+    ids: IdCounts,
+}
+
+/// The client ids in the tables: per (connection, id), how many group entries it holds; per
+/// id, over how many connections; per connection, how many ids.
+#[derive(Debug, Default)]
+struct IdCounts {
+    entries: HashMap<(ConnectionId, String), usize>,
+    connections_of_id: HashMap<String, usize>,
+    ids_of_connection: HashMap<ConnectionId, usize>,
+}
+
+impl IdCounts {
+    fn add(&mut self, connection: ConnectionId, id: &str) {
+        let entries = self
+            .entries
+            .entry((connection, id.to_string()))
+            .or_insert(0);
+        if *entries == 0 {
+            *self.connections_of_id.entry(id.to_string()).or_insert(0) += 1;
+            *self.ids_of_connection.entry(connection).or_insert(0) += 1;
+        }
+        *entries += 1;
+    }
+
+    fn remove(&mut self, connection: ConnectionId, id: &str) {
+        let key = (connection, id.to_string());
+        let Some(entries) = self.entries.get_mut(&key) else {
+            return;
+        };
+        *entries -= 1;
+        if *entries > 0 {
+            return;
+        }
+        self.entries.remove(&key);
+        for count in [
+            self.connections_of_id.get_mut(id),
+            self.ids_of_connection.get_mut(&connection),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *count -= 1;
+        }
+        self.connections_of_id.retain(|_, count| *count > 0);
+        self.ids_of_connection.retain(|_, count| *count > 0);
+    }
+
+    /// Whether `id` may register over `connection` under `limits`.
+    fn admits(
+        &self,
+        connection: ConnectionId,
+        id: &str,
+        limits: ClientLimits,
+    ) -> Result<(), TooManyIds> {
+        if self.entries.contains_key(&(connection, id.to_string())) {
+            return Ok(());
+        }
+        let held = self.connections_of_id.len();
+        if !self.connections_of_id.contains_key(id) && held >= limits.ids_max {
+            return Err(TooManyIds::InAll {
+                held,
+                max: limits.ids_max,
+            });
+        }
+        let held = self
+            .ids_of_connection
+            .get(&connection)
+            .copied()
+            .unwrap_or(0);
+        if held >= limits.ids_per_connection_max {
+            return Err(TooManyIds::OnConnection {
+                held,
+                max: limits.ids_per_connection_max,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The most client ids the table keeps (`quiverClientIdsMax`) and registers over one
+/// connection (`quiverClientIdsPerConnectionMax`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    pub ids_max: usize,
+    pub ids_per_connection_max: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            ids_max: usize::MAX,
+            ids_per_connection_max: usize::MAX,
+        }
+    }
+}
+
+/// A heartbeat of a new client id refused for a limit: `held` ids, the most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooManyIds {
+    InAll { held: usize, max: usize },
+    OnConnection { held: usize, max: usize },
 }
 
 #[derive(Default)]
 pub struct ClientTable {
     tables: Mutex<Tables>,
+    limits: ClientLimits,
 }
 
 /// Membership of these consumer groups changed; their members should rebalance.
 pub type ChangedGroups = Vec<String>;
 
 impl ClientTable {
+    pub fn new(limits: ClientLimits) -> ClientTable {
+        ClientTable {
+            tables: Mutex::default(),
+            limits,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         self.tables.lock().expect("client table lock poisoned")
     }
 
-    /// Records a heartbeat. Returns the consumer groups whose membership changed.
+    /// Whether a heartbeat of `client_id` over `connection` would be taken now.
+    pub fn admits(&self, connection: ConnectionId, client_id: &str) -> Result<(), TooManyIds> {
+        self.lock().ids.admits(connection, client_id, self.limits)
+    }
+
+    /// Records a heartbeat. Returns the consumer groups whose membership changed, or, for a
+    /// client id new to the connection past a limit, why it was refused (nothing is recorded).
     pub fn heartbeat(
         &self,
         connection: &Connection,
         data: HeartbeatData,
         now_ms: i64,
-    ) -> ChangedGroups {
-        let mut tables = self.lock();
+    ) -> Result<ChangedGroups, TooManyIds> {
+        let mut guard = self.lock();
+        let tables = &mut *guard;
+        let id = data.client_id.as_str();
+        let has_groups = !(data.producer_data_set.is_empty() && data.consumer_data_set.is_empty());
+        if has_groups {
+            tables.ids.admits(connection.id, id, self.limits)?;
+        }
         for producer in &data.producer_data_set {
-            tables
+            let old = tables
                 .producers
                 .entry(producer.group_name.clone())
                 .or_default()
                 .insert(data.client_id.clone(), (connection.clone(), now_ms));
+            if let Some((old, _)) = old {
+                tables.ids.remove(old.id, id);
+            }
+            tables.ids.add(connection.id, id);
         }
         let mut changed = Vec::new();
         for consumer in data.consumer_data_set {
@@ -95,9 +222,12 @@ impl ClientTable {
                 data: consumer,
                 filters,
             };
-            group.insert(data.client_id.clone(), member);
+            if let Some(old) = group.insert(data.client_id.clone(), member) {
+                tables.ids.remove(old.connection.id, id);
+            }
+            tables.ids.add(connection.id, id);
         }
-        changed
+        Ok(changed)
     }
 
     /// Removes a client that asked to leave, but only as registered over `connection`: as in
@@ -110,7 +240,8 @@ impl ClientTable {
         producer_group: Option<&str>,
         consumer_group: Option<&str>,
     ) -> ChangedGroups {
-        let mut tables = self.lock();
+        let mut guard = self.lock();
+        let tables = &mut *guard;
         if let Some(group) = producer_group {
             if let Some(members) = tables.producers.get_mut(group) {
                 if members
@@ -118,6 +249,7 @@ impl ClientTable {
                     .is_some_and(|(member, _)| member.id == connection)
                 {
                     members.remove(client_id);
+                    tables.ids.remove(connection, client_id);
                 }
             }
         }
@@ -129,6 +261,7 @@ impl ClientTable {
                     .is_some_and(|member| member.connection.id == connection)
                 {
                     members.remove(client_id);
+                    tables.ids.remove(connection, client_id);
                     changed.push(group.to_string());
                 }
             }
@@ -149,21 +282,43 @@ impl ClientTable {
     }
 
     fn remove_where(&self, gone: impl Fn(ConnectionId, i64) -> bool) -> ChangedGroups {
-        let mut tables = self.lock();
+        let mut guard = self.lock();
+        let tables = &mut *guard;
+        let mut removed = Vec::new();
         for members in tables.producers.values_mut() {
-            members.retain(|_, (connection, last_seen)| !gone(connection.id, *last_seen));
+            members.retain(|id, (connection, last_seen)| {
+                let keep = !gone(connection.id, *last_seen);
+                if !keep {
+                    removed.push((connection.id, id.clone()));
+                }
+                keep
+            });
         }
         tables.producers.retain(|_, members| !members.is_empty());
         let mut changed = Vec::new();
         for (group, members) in tables.consumers.iter_mut() {
             let before = members.len();
-            members.retain(|_, member| !gone(member.connection.id, member.last_seen_ms));
+            members.retain(|id, member| {
+                let keep = !gone(member.connection.id, member.last_seen_ms);
+                if !keep {
+                    removed.push((member.connection.id, id.clone()));
+                }
+                keep
+            });
             if members.len() != before {
                 changed.push(group.clone());
             }
         }
         tables.consumers.retain(|_, members| !members.is_empty());
+        for (connection, id) in removed {
+            tables.ids.remove(connection, &id);
+        }
         changed
+    }
+
+    /// How many client ids the table holds.
+    pub fn ids(&self) -> usize {
+        self.lock().ids.connections_of_id.len()
     }
 
     /// Client ids of a consumer group, sorted, so every member computes the same allocation.
@@ -332,14 +487,19 @@ mod tests {
         let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
         let (b, _rb) = Connection::new(2, "127.0.0.1:2".parse().unwrap());
         assert_eq!(
-            table.heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0),
+            table
+                .heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0)
+                .expect("taken"),
             vec!["g"]
         );
         assert!(table
             .heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 5)
+            .expect("taken")
             .is_empty());
         assert_eq!(
-            table.heartbeat(&b, heartbeat("c2", vec![consumer("g", "T", "TagA", 2)]), 5),
+            table
+                .heartbeat(&b, heartbeat("c2", vec![consumer("g", "T", "TagA", 2)]), 5)
+                .expect("taken"),
             vec!["g"]
         );
         assert_eq!(
@@ -370,8 +530,10 @@ mod tests {
             }],
             ..HeartbeatData::default()
         };
-        table.heartbeat(&a, producer, 0);
-        table.heartbeat(&b, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0);
+        table.heartbeat(&a, producer, 0).expect("taken");
+        table
+            .heartbeat(&b, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0)
+            .expect("taken");
         assert_eq!(table.connection_of("p1").map(|c| c.id), Some(1));
         assert_eq!(table.connection_of("c1").map(|c| c.id), Some(2));
         assert!(table.connection_of("nobody").is_none());
@@ -383,10 +545,51 @@ mod tests {
     fn only_the_clients_own_connection_unregisters_it() {
         let table = ClientTable::default();
         let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
-        table.heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0);
+        table
+            .heartbeat(&a, heartbeat("c1", vec![consumer("g", "T", "*", 1)]), 0)
+            .expect("taken");
         assert!(table.unregister(2, "c1", None, Some("g")).is_empty());
         assert_eq!(table.consumer_ids("g"), vec!["c1".to_string()]);
         assert_eq!(table.unregister(1, "c1", None, Some("g")), vec!["g"]);
         assert!(table.consumer_ids("g").is_empty());
+    }
+
+    #[test]
+    fn client_ids_are_limited_per_connection_and_in_all_and_freed_when_they_go() {
+        let table = ClientTable::new(ClientLimits {
+            ids_max: 3,
+            ids_per_connection_max: 2,
+        });
+        let (a, _ra) = Connection::new(1, "127.0.0.1:1".parse().unwrap());
+        let (b, _rb) = Connection::new(2, "127.0.0.1:2".parse().unwrap());
+        let beat = |connection: &Connection, id: &str| {
+            table.heartbeat(
+                connection,
+                heartbeat(id, vec![consumer("g", "T", "*", 1)]),
+                0,
+            )
+        };
+        beat(&a, "a1").expect("first");
+        beat(&a, "a2").expect("second");
+        assert_eq!(
+            beat(&a, "a3"),
+            Err(TooManyIds::OnConnection { held: 2, max: 2 })
+        );
+        beat(&a, "a1").expect("a known id is always taken again");
+        beat(&b, "b1").expect("another connection");
+        assert_eq!(beat(&b, "b2"), Err(TooManyIds::InAll { held: 3, max: 3 }));
+        assert_eq!(table.ids(), 3);
+        // A client that moves to another connection is one id still.
+        beat(&b, "a2").expect("moved");
+        assert_eq!(table.ids(), 3);
+        assert_eq!(table.unregister(2, "b1", None, Some("g")), vec!["g"]);
+        beat(&b, "b2").expect("room again after an unregister");
+        table.connection_closed(2);
+        assert_eq!(table.ids(), 1, "a1 stays");
+        beat(&a, "a3").expect("room again after a close");
+        assert!(table
+            .expire(CLIENT_EXPIRY_MS + 1)
+            .contains(&"g".to_string()));
+        assert_eq!(table.ids(), 0);
     }
 }

@@ -8,7 +8,7 @@
 //! queues).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use quiver_store::durable_file::SnapshotFile;
@@ -54,6 +54,29 @@ pub struct SubscriptionGroups {
     table: Mutex<SubscriptionGroupWrapper>,
     auto_create: AtomicBool,
     dirty: AtomicBool,
+    /// The most groups a creation may bring the table to (`quiverSubscriptionGroupsMax`).
+    groups_max: AtomicUsize,
+}
+
+/// Why UPDATE_AND_CREATE_SUBSCRIPTIONGROUP was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    InvalidName(String),
+    /// A new group, and the table holds `held` groups, its most.
+    Full {
+        held: usize,
+        max: usize,
+    },
+}
+
+/// Why a group is not there for a request that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// It does not exist and may not be created (autoCreateSubscriptionGroup off, or a name
+    /// RocketMQ refuses).
+    NotFound,
+    /// It would be created, but the table holds `held` groups, its most.
+    Full { held: usize, max: usize },
 }
 
 impl SubscriptionGroups {
@@ -98,7 +121,23 @@ impl SubscriptionGroups {
             table: Mutex::new(table),
             auto_create: AtomicBool::new(auto_create),
             dirty: AtomicBool::new(dirty),
+            groups_max: AtomicUsize::new(usize::MAX),
         })
+    }
+
+    /// Sets the most groups a creation may bring the table to; the groups there stay.
+    pub fn set_groups_max(&self, max: usize) {
+        self.groups_max.store(max, Ordering::Relaxed);
+    }
+
+    /// Whether the table has room for one more group; the error says how full it is.
+    fn room(&self, table: &SubscriptionGroupWrapper) -> Result<(), Missing> {
+        let held = table.subscription_group_table.len();
+        let max = self.groups_max.load(Ordering::Relaxed);
+        if held >= max {
+            return Err(Missing::Full { held, max });
+        }
+        Ok(())
     }
 
     /// autoCreateSubscriptionGroup as it is now (`mqadmin updateBrokerConfig` changes it).
@@ -135,13 +174,27 @@ impl SubscriptionGroups {
         now_ms: i64,
         read: impl FnOnce(&SubscriptionGroupConfig) -> R,
     ) -> Option<R> {
+        self.lookup(group, now_ms, read).ok()
+    }
+
+    /// `find_with`, saying why a group is missing.
+    pub fn lookup<R>(
+        &self,
+        group: &str,
+        now_ms: i64,
+        read: impl FnOnce(&SubscriptionGroupConfig) -> R,
+    ) -> Result<R, Missing> {
         let mut table = self.lock();
         if let Some(config) = table.subscription_group_table.get(group) {
-            return Some(read(config));
+            return Ok(read(config));
         }
         let may_create = self.auto_create() || group.starts_with(SYSTEM_GROUP_PREFIX);
         if !may_create || validate_group(group).is_err() {
-            return None;
+            return Err(Missing::NotFound);
+        }
+        if let Err(full) = self.room(&table) {
+            tracing::warn!(%group, ?full, "subscription group not created: the table is full");
+            return Err(full);
         }
         let config = SubscriptionGroupConfig::named(group);
         let answer = read(&config);
@@ -150,7 +203,7 @@ impl SubscriptionGroups {
             .insert(group.to_string(), config);
         self.changed(&mut table, now_ms);
         tracing::info!(%group, "subscription group created on first use");
-        Some(answer)
+        Ok(answer)
     }
 
     /// The group's settings, without creating it.
@@ -158,10 +211,19 @@ impl SubscriptionGroups {
         self.lock().subscription_group_table.get(group).cloned()
     }
 
-    /// Creates or replaces a group (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP).
-    pub fn update(&self, config: SubscriptionGroupConfig, now_ms: i64) -> Result<(), String> {
-        validate_group(&config.group_name)?;
+    /// Creates or replaces a group (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP): refused for a bad
+    /// name or, for a new group, a full table.
+    pub fn update(&self, config: SubscriptionGroupConfig, now_ms: i64) -> Result<(), Refused> {
+        validate_group(&config.group_name).map_err(Refused::InvalidName)?;
         let mut table = self.lock();
+        if !table
+            .subscription_group_table
+            .contains_key(&config.group_name)
+        {
+            if let Err(Missing::Full { held, max }) = self.room(&table) {
+                return Err(Refused::Full { held, max });
+            }
+        }
         table
             .subscription_group_table
             .insert(config.group_name.clone(), config);

@@ -19,6 +19,10 @@ use crate::registration;
 use crate::state::{Broker, Lifecycle, Persisted, StateError};
 
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
+/// How often changed topics are written to topics.json: a send that creates a topic does not
+/// wait for the file (an admin's creation does), so a crash loses at most this much of the
+/// table's changes; the topics of any stored message come back from the store at start.
+const TOPICS_PERSIST_INTERVAL_MS: u64 = 100;
 const CLIENT_SCAN_INTERVAL_MS: u64 = 10_000;
 /// RocketMQ's cleanResourceInterval.
 const RETENTION_INTERVAL_MS: u64 = 10_000;
@@ -275,17 +279,11 @@ impl RunningBroker {
                 .transactions
                 .commit_progress(broker.store, broker.offsets);
         }
-        if let Err(error) = broker.offsets.persist_if_dirty() {
-            tracing::error!(%error, "could not persist consumer offsets");
-        }
-        if let Err(error) = broker.delay_offsets.persist_if_dirty() {
-            tracing::error!(%error, "could not persist delay offsets");
-        }
-        if let Err(error) = broker.groups.persist_if_dirty() {
-            tracing::error!(%error, "could not persist subscription groups");
-        }
-        if let Err(error) = broker.pop.persist_if_dirty() {
-            tracing::error!(%error, "could not persist the pop state");
+        let owner = self.broker.clone();
+        // Off the runtime's workers, as every write of these files is.
+        let persisted = tokio::task::spawn_blocking(move || persist_all(owner.lifecycle())).await;
+        if let Err(error) = persisted {
+            tracing::error!(%error, "the last writes of the broker's tables failed");
         }
         let store = broker.store.clone();
         match tokio::task::spawn_blocking(move || store.close()).await {
@@ -293,6 +291,25 @@ impl RunningBroker {
             Ok(Err(error)) => tracing::error!(%error, "store did not close cleanly"),
             Err(error) => tracing::error!(%error, "store close task failed"),
         }
+    }
+}
+
+/// Writes every table that changed since its last write, at a stop. Blocking.
+fn persist_all(broker: Lifecycle<'_>) {
+    if let Err(error) = broker.topics.persist_if_dirty() {
+        tracing::error!(%error, "could not persist topics");
+    }
+    if let Err(error) = broker.offsets.persist_if_dirty() {
+        tracing::error!(%error, "could not persist consumer offsets");
+    }
+    if let Err(error) = broker.delay_offsets.persist_if_dirty() {
+        tracing::error!(%error, "could not persist delay offsets");
+    }
+    if let Err(error) = broker.groups.persist_if_dirty() {
+        tracing::error!(%error, "could not persist subscription groups");
+    }
+    if let Err(error) = broker.pop.persist_if_dirty() {
+        tracing::error!(%error, "could not persist the pop state");
     }
 }
 
@@ -377,6 +394,9 @@ async fn copy_master_metadata(owner: Arc<Broker>, mut stop: watch::Receiver<bool
 
 async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let mut persist = tokio::time::interval(Duration::from_millis(OFFSET_PERSIST_INTERVAL_MS));
+    let mut persist_topics =
+        tokio::time::interval(Duration::from_millis(TOPICS_PERSIST_INTERVAL_MS));
+    persist_topics.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut scan = tokio::time::interval(Duration::from_millis(CLIENT_SCAN_INTERVAL_MS));
     let mut retention = tokio::time::interval(Duration::from_millis(RETENTION_INTERVAL_MS));
     loop {
@@ -400,6 +420,15 @@ async fn housekeeping(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
                     }
                     if let Err(error) = groups {
                         tracing::error!(%error, "could not persist subscription groups");
+                    }
+                }
+            }
+            _ = persist_topics.tick() => {
+                if broker.lifecycle().topics.is_dirty() {
+                    let owner = broker.clone();
+                    let result = tokio::task::spawn_blocking(move || owner.lifecycle().topics.persist_if_dirty()).await;
+                    if let Ok(Err(error)) = result {
+                        tracing::error!(%error, "could not persist topics");
                     }
                 }
             }

@@ -1,8 +1,15 @@
 //! The topics this broker serves: names, queue counts, permissions. Persisted as
 //! `config/topics.json` in RocketMQ's shape (`topicConfigTable`, `dataVersion`).
+//!
+//! A change is made in memory and counted in the data version; the file is written later, in
+//! batches, by whoever calls `persist_through` or `persist_if_dirty` off the runtime's workers
+//! (the broker's housekeeping every 100 ms, an admin request that answers only once its change
+//! is durable, shutdown). A change never waits for a disk under the table's lock: creating
+//! thousands of topics at once costs a few writes, not one each.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use quiver_store::durable_file::SnapshotFile;
@@ -113,6 +120,12 @@ pub enum TopicError {
     InvalidName { name: String, reason: &'static str },
     #[error("the specified group[{name}] is invalid: {reason}")]
     InvalidGroupName { name: String, reason: &'static str },
+    #[error("topic {name} cannot be created: the broker holds {held} topics, its most")]
+    TooMany {
+        name: String,
+        held: usize,
+        max: usize,
+    },
     #[error("could not persist topics to {path}: {message}")]
     Persist { path: String, message: String },
     #[error("cannot read topics: {0}")]
@@ -204,6 +217,13 @@ pub struct TopicTable {
     /// `persistence` attribute under the table's lock: the store then routes every append,
     /// read and bound of such a topic to its rings, whoever asks.
     memory_topics: Arc<MemoryTopics>,
+    /// The data version's counter the file holds (see `persist_through`).
+    persisted: AtomicU64,
+    /// How many times the file was written, for runtime info.
+    writes: AtomicU64,
+    /// The most topics a create may bring the table to (`quiverTopicsMax`); start-up's own
+    /// topics are made before it is set.
+    topics_max: AtomicUsize,
 }
 
 pub fn topic_config(name: &str, queues: i32, perm: i32) -> TopicConfig {
@@ -238,10 +258,14 @@ impl TopicTable {
         for (name, config) in &file.topic_config_table {
             memory_topics.set(name, is_memory_topic(config));
         }
+        let persisted = AtomicU64::new(version_of(&file.data_version));
         let table = TopicTable {
             file: snapshot,
             inner: RwLock::new(file),
             memory_topics,
+            persisted,
+            writes: AtomicU64::new(0),
+            topics_max: AtomicUsize::new(usize::MAX),
         };
         if auto_create_topic {
             let template = topic_config(
@@ -305,8 +329,18 @@ impl TopicTable {
         validate_topic_name(&config.topic_name)?;
         {
             let mut inner = self.inner.write().expect("topic table lock poisoned");
-            if !should(inner.topic_config_table.get(&config.topic_name), &config) {
+            let existing = inner.topic_config_table.get(&config.topic_name);
+            if !should(existing, &config) {
                 return Ok(false);
+            }
+            let held = inner.topic_config_table.len();
+            let max = self.topics_max.load(Ordering::Relaxed);
+            if existing.is_none() && held >= max {
+                return Err(TopicError::TooMany {
+                    name: config.topic_name,
+                    held,
+                    max,
+                });
             }
             self.memory_topics
                 .set(&config.topic_name, is_memory_topic(&config));
@@ -315,11 +349,11 @@ impl TopicTable {
                 .insert(config.topic_name.clone(), config);
             inner.data_version.counter += 1;
         }
-        self.persist()?;
         Ok(true)
     }
 
-    /// Removes a topic and persists the table. Returns whether it existed.
+    /// Removes a topic (the file follows, see the module's comment). Returns whether it
+    /// existed.
     pub fn remove(&self, topic: &str) -> Result<bool, TopicError> {
         {
             let mut inner = self.inner.write().expect("topic table lock poisoned");
@@ -329,7 +363,6 @@ impl TopicTable {
             self.memory_topics.set(topic, false);
             inner.data_version.counter += 1;
         }
-        self.persist()?;
         Ok(true)
     }
 
@@ -337,7 +370,7 @@ impl TopicTable {
     /// replaced and the others removed, except that topics `keep_own` picks stay as this
     /// broker has them (its own system topics, shaped by its own configuration). Names that
     /// are not valid topic names are skipped: the table is peer input. Bumps the data version
-    /// and persists only when something changed, so the name servers see a new version then.
+    /// only when something changed, so the name servers see a new version then.
     pub fn replace_from_master(
         &self,
         incoming: BTreeMap<String, TopicConfig>,
@@ -388,7 +421,6 @@ impl TopicTable {
             inner.topic_config_table = next;
             inner.data_version.counter += 1;
         }
-        self.persist()?;
         Ok(replaced)
     }
 
@@ -410,17 +442,77 @@ impl TopicTable {
             .collect()
     }
 
-    fn persist(&self) -> Result<(), TopicError> {
-        let snapshot = || {
-            Some(body::to_json(
-                &*self.inner.read().expect("topic table lock poisoned"),
-            ))
-        };
-        self.file.write(snapshot).map_err(|e| TopicError::Persist {
+    /// Sets the most topics a create may bring the table to (`quiverTopicsMax`). Topics already
+    /// there stay, however many they are.
+    pub fn set_topics_max(&self, max: usize) {
+        self.topics_max.store(max, Ordering::Relaxed);
+    }
+
+    /// How many topics the table holds.
+    pub fn count(&self) -> usize {
+        self.inner
+            .read()
+            .expect("topic table lock poisoned")
+            .topic_config_table
+            .len()
+    }
+
+    /// The table's version now: `persist_through` it to make every change so far durable.
+    pub fn version(&self) -> u64 {
+        version_of(
+            &self
+                .inner
+                .read()
+                .expect("topic table lock poisoned")
+                .data_version,
+        )
+    }
+
+    /// Whether a change is not in the file yet.
+    pub fn is_dirty(&self) -> bool {
+        self.persisted.load(Ordering::Acquire) < self.version()
+    }
+
+    /// How many times the file was written since the table was opened.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Writes the table unless the file already holds `version` or a later one. Blocking (two
+    /// fsyncs and a rename): never on an async runtime's worker. Callers that come while a
+    /// write is under way wait for it and then mostly find their change written by it, so
+    /// concurrent callers share writes.
+    pub fn persist_through(&self, version: u64) -> Result<(), TopicError> {
+        let mut written = None;
+        let result = self.file.write(|| {
+            if self.persisted.load(Ordering::Acquire) >= version {
+                return None;
+            }
+            let inner = self.inner.read().expect("topic table lock poisoned");
+            written = Some(version_of(&inner.data_version));
+            Some(body::to_json(&*inner))
+        });
+        result.map_err(|e| TopicError::Persist {
             path: self.file.path().display().to_string(),
             message: e.to_string(),
-        })
+        })?;
+        if let Some(version) = written {
+            self.persisted.fetch_max(version, Ordering::AcqRel);
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
+
+    /// Writes the table if it changed since the file was written. Blocking, as
+    /// `persist_through`.
+    pub fn persist_if_dirty(&self) -> Result<(), TopicError> {
+        self.persist_through(self.version())
+    }
+}
+
+/// A data version's counter as the persisted mark compares it (it only grows).
+fn version_of(version: &DataVersion) -> u64 {
+    version.counter.max(0) as u64
 }
 
 #[cfg(test)]
@@ -452,6 +544,8 @@ mod tests {
         assert!(validate_topic_name(&format!("%RETRY%{}", "g".repeat(200))).is_ok());
     }
 
+    /// Each thread makes its creations durable as an admin request does: writes are shared,
+    /// and what one thread waited for is on disk however the writes interleaved.
     #[test]
     fn topics_created_at_once_from_many_threads_all_reach_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -468,6 +562,7 @@ mod tests {
                         table
                             .create_if_absent(topic_config(&name, 4, 6))
                             .expect("create");
+                        table.persist_through(table.version()).expect("persist");
                     }
                 })
             })
@@ -475,6 +570,8 @@ mod tests {
         for thread in threads {
             thread.join().expect("thread");
         }
+        assert!(!table.is_dirty());
+        assert!(table.writes() <= 200, "{} writes", table.writes());
         let reopened =
             TopicTable::open(path, true, 8, Arc::default(), 2).expect("the file is whole");
         for thread in 0..8 {
@@ -497,6 +594,7 @@ mod tests {
         assert!(!table
             .create_if_absent(topic_config("T", 4, 6))
             .expect("exists"));
+        table.persist_if_dirty().expect("persist");
         drop(table);
         let table = TopicTable::open(path, true, 8, Arc::default(), 2).expect("reopen");
         assert_eq!(
@@ -519,10 +617,61 @@ mod tests {
     }
 
     #[test]
+    fn changes_wait_in_memory_until_a_write_takes_them_all() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/topics.json");
+        let table = TopicTable::open(path.clone(), true, 8, Arc::default(), 1).expect("open");
+        table.persist_if_dirty().expect("persist");
+        let writes = table.writes();
+        for i in 0..500 {
+            table
+                .create_if_absent(topic_config(&format!("T{i}"), 1, 6))
+                .expect("create");
+        }
+        assert!(table.remove("T7").expect("remove"));
+        assert!(table.is_dirty());
+        assert_eq!(table.writes(), writes, "no change wrote the file");
+        let version = table.version();
+        table.persist_through(version).expect("persist");
+        table
+            .persist_through(version)
+            .expect("again: nothing to write");
+        assert_eq!(table.writes(), writes + 1);
+        let reopened = TopicTable::open(path, true, 8, Arc::default(), 2).expect("reopen");
+        assert!(reopened.shape("T499").is_some());
+        assert!(reopened.shape("T7").is_none());
+        assert!(!reopened.is_dirty());
+    }
+
+    #[test]
+    fn creations_past_the_limit_are_refused_and_the_topics_there_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/topics.json");
+        let table = TopicTable::open(path, true, 8, Arc::default(), 1).expect("open");
+        let held = table.count();
+        table.set_topics_max(held + 1);
+        assert!(table
+            .create_if_absent(topic_config("A", 1, 6))
+            .expect("room"));
+        let refused = table.create_if_absent(topic_config("B", 1, 6));
+        assert!(
+            matches!(refused, Err(TopicError::TooMany { held: h, max: m, .. }) if h == held + 1 && m == held + 1),
+            "{refused:?}"
+        );
+        assert!(table.upsert(topic_config("A", 4, 6)).expect("an update"));
+        assert!(table.remove("A").expect("remove"));
+        assert!(table
+            .create_if_absent(topic_config("B", 1, 6))
+            .expect("room again"));
+    }
+
+    #[test]
     fn the_auto_create_template_follows_default_topic_queue_nums() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config/topics.json");
-        drop(TopicTable::open(path.clone(), true, 8, Arc::default(), 1).expect("open"));
+        let table = TopicTable::open(path.clone(), true, 8, Arc::default(), 1).expect("open");
+        table.persist_if_dirty().expect("persist");
+        drop(table);
         let table = TopicTable::open(path, true, 3, Arc::default(), 2).expect("reopen");
         let shape = table.shape(AUTO_CREATE_TOPIC).expect("TBW102");
         assert_eq!((shape.read_queues, shape.write_queues), (3, 3));

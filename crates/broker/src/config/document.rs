@@ -114,7 +114,9 @@ fn intro(group: Group) -> &'static str {
                  past a connection's budget the broker stops reading from that connection, \
                  past the broker's from every connection, until answers are written; a parked \
                  pull or pop woken by a message waits for room before it reads. The log says \
-                 so once each time a budget fills."
+                 so once each time a budget fills. The tables clients fill (topics, \
+                 subscription groups, client ids) have limits too: a request that would pass \
+                 one is refused with a remark naming its key, and what is there stays."
         }
     }
 }

@@ -35,6 +35,28 @@ pub const POP_IN_FLIGHT_MAX_PER_QUEUE: usize = 20_000;
 /// The same for all queues of one group (`popInflightMaxPerGroup`).
 pub const POP_IN_FLIGHT_MAX_PER_GROUP: usize = 200_000;
 
+/// The limits on what clients make the broker keep, by the names of their keys, which the
+/// refusals quote. Each bounds a table that lives in memory whole and, for topics and groups,
+/// is written whole to a file at each batch of changes.
+pub const TOPICS_MAX_KEY: &str = "quiverTopicsMax";
+pub const SUBSCRIPTION_GROUPS_MAX_KEY: &str = "quiverSubscriptionGroupsMax";
+pub const CLIENT_IDS_MAX_KEY: &str = "quiverClientIdsMax";
+pub const CLIENT_IDS_PER_CONNECTION_MAX_KEY: &str = "quiverClientIdsPerConnectionMax";
+
+/// Why 10,000 topics: a topic in use holds a ConsumeQueue per queue (4 when a send creates
+/// it), each with an open file and up to two pages of entries not yet written, about 10 KiB;
+/// 10,000 such topics are some 400 MiB at worst, within the broker's 1 GiB. The table, its
+/// file and a registration are a few MiB.
+pub const TOPICS_MAX_DEFAULT: usize = 10_000;
+/// Why 10,000 groups: a group's settings are a few hundred bytes, and each consumer group's
+/// retry topic counts among the topics.
+pub const SUBSCRIPTION_GROUPS_MAX_DEFAULT: usize = 10_000;
+/// A Java client process registers one client id per connection; a RocketMQ proxy registers
+/// its clients' ids over a few connections. What is kept per registration is its heartbeat's
+/// groups and subscriptions, a few KiB: 20,000 ids are tens of MiB.
+pub const CLIENT_IDS_MAX_DEFAULT: usize = 20_000;
+pub const CLIENT_IDS_PER_CONNECTION_MAX_DEFAULT: usize = 1_000;
+
 /// RocketMQ's BrokerConfig defaults.
 pub const TRANSACTION_TIMEOUT_MS_DEFAULT: u64 = 6_000;
 pub const TRANSACTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 30_000;
@@ -93,6 +115,18 @@ pub struct BrokerConfig {
     pub use_server_side_reset_offset: bool,
     pub broker_permission: i32,
     pub max_message_bytes: usize,
+    /// `quiverTopicsMax`, `quiverSubscriptionGroupsMax`: past these a topic or group is not
+    /// created (by a send, a consumer or an admin); the ones there stay.
+    pub topics_max: usize,
+    pub subscription_groups_max: usize,
+    /// `quiverClientIdsMax`, `quiverClientIdsPerConnectionMax`: client ids the broker keeps
+    /// heartbeats of, in all and over one connection; a heartbeat of a new id past them is
+    /// refused.
+    pub client_ids_max: usize,
+    pub client_ids_per_connection_max: usize,
+    /// `compressedRegister`: registrations carry the topics zipped in RocketMQ's compressed
+    /// layout. Registrations whose JSON would be large are compressed whatever it says.
+    pub compressed_register: bool,
     pub role: BrokerRole,
     /// `haListenPort`: where a master serves its slaves; None means `listenPort + 1`.
     pub ha_listen_port: Option<u16>,
@@ -182,6 +216,11 @@ impl Default for BrokerConfig {
             use_server_side_reset_offset: true,
             broker_permission: 6,
             max_message_bytes: 4 * 1024 * 1024,
+            topics_max: TOPICS_MAX_DEFAULT,
+            subscription_groups_max: SUBSCRIPTION_GROUPS_MAX_DEFAULT,
+            client_ids_max: CLIENT_IDS_MAX_DEFAULT,
+            client_ids_per_connection_max: CLIENT_IDS_PER_CONNECTION_MAX_DEFAULT,
+            compressed_register: false,
             role: BrokerRole::AsyncMaster,
             ha_listen_port: None,
             ha_master_addr: None,

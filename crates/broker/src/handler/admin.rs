@@ -11,7 +11,7 @@ use quiver_wire::header::{
 };
 use quiver_wire::Command;
 
-use super::{answer, Call, Handled, Refusal};
+use super::{answer, off_the_workers, topic_refusal, Call, Handled, Refusal};
 use crate::config::{BrokerConfig, LiveKey};
 use crate::state::Administering;
 use crate::topic::{
@@ -76,12 +76,25 @@ pub fn create_topic(call: &Call, request: &Command) -> Handled {
     let changed = broker
         .topics
         .upsert(config)
-        .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+        .map_err(|e| topic_refusal(e, response_code::SYSTEM_ERROR))?;
     if changed {
         tracing::info!(topic = %header.topic, queues = header.write_queue_nums, "topic created or updated");
         broker.topics_changed();
     }
-    answer(request.response_to(response_code::SUCCESS))
+    // The answer waits until the change is in topics.json, as RocketMQ's does; the write runs
+    // off the workers, and admin creations at once share it.
+    if !broker.topics.is_dirty() {
+        return answer(request.response_to(response_code::SUCCESS));
+    }
+    let version = broker.topics.version();
+    off_the_workers(call, request, move |broker, request| {
+        broker
+            .administering()
+            .topics
+            .persist_through(version)
+            .map_err(|e| topic_refusal(e, response_code::SYSTEM_ERROR))?;
+        Ok(request.response_to(response_code::SUCCESS))
+    })
 }
 
 /// Applies RocketMQ 5's attribute changes (`+key=value` sets, `-key` removes, comma-separated;
@@ -152,6 +165,17 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
         let remark = format!("The topic[{topic}] is conflict with system topic.");
         return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
     }
+    let topic = topic.to_string();
+    off_the_workers(call, request, move |broker, request| {
+        delete(broker.administering(), &topic)?;
+        Ok(request.response_to(response_code::SUCCESS))
+    })
+}
+
+/// Deletes a topic, on a thread that may wait for disks: no append waits on its fsyncs (see
+/// `Store::delete_topic`). A name the broker does not have is answered SUCCESS, as RocketMQ
+/// answers it, and leaves no trace: no file is written for it.
+fn delete(broker: Administering<'_>, topic: &str) -> Result<(), Refusal> {
     let system_error = |e: &dyn std::fmt::Display| {
         tracing::error!(topic, error = %e, "deleting topic failed");
         Refusal::new(response_code::SYSTEM_ERROR, e.to_string())
@@ -160,13 +184,20 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
     // the topic are refused (or, with autoCreateTopicEnable, create it anew), so none lands in
     // queues about to go or puts an old offset back.
     let existed = broker.topics.remove(topic).map_err(|e| system_error(&e))?;
+    if existed {
+        broker
+            .topics
+            .persist_if_dirty()
+            .map_err(|e| system_error(&e))?;
+    }
     // Offsets next, durably: offsets outliving the queues would make the consumers of a topic
     // created anew under this name skip its first messages.
-    broker.offsets.remove_topic(topic);
-    broker
-        .offsets
-        .persist_if_dirty()
-        .map_err(|e| system_error(&e))?;
+    if broker.offsets.remove_topic(topic) {
+        broker
+            .offsets
+            .persist_if_dirty()
+            .map_err(|e| system_error(&e))?;
+    }
     broker.pop.remove_topic(topic);
     let deletion = broker
         .store
@@ -179,7 +210,7 @@ pub fn delete_topic(call: &Call, request: &Command) -> Handled {
         position = deletion.position,
         "topic deleted"
     );
-    answer(request.response_to(response_code::SUCCESS))
+    Ok(())
 }
 
 /// The figures `mqadmin clusterList` and `brokerStatus` print.
@@ -303,6 +334,11 @@ fn put_process(broker: Administering<'_>, now_ms: i64, table: &mut BTreeMap<Stri
     // What connections' requests and answers hold now, against `quiverBrokerBytesMax`.
     put("quiverBytesHeld", broker.budget.used().to_string());
     put("quiverBytesMax", broker.budget.max().to_string());
+    // How the metadata tables fill against their limits, and how often topics.json was
+    // written (changes are batched: many creations, few writes).
+    put("topicCount", broker.topics.count().to_string());
+    put("topicConfigWrites", broker.topics.writes().to_string());
+    put("clientIdCount", broker.clients.ids().to_string());
     put("producerClients", producers.to_string());
     put("consumerClients", consumers.to_string());
     put("bootTimestamp", broker.started_ms.to_string());

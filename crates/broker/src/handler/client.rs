@@ -17,9 +17,13 @@ use quiver_wire::header::{
 };
 use quiver_wire::{Command, ExtFields, LanguageCode};
 
-use super::{answer, Call, Handled, Refusal, Reply};
+use super::{answer, group_refusal, topic_refusal, Call, Handled, Refusal, Reply};
+use crate::clients::TooManyIds;
+use crate::config::{CLIENT_IDS_MAX_KEY, CLIENT_IDS_PER_CONNECTION_MAX_KEY};
 use crate::connection::{AskError, Connection};
 use crate::filter::MessageFilter;
+use crate::groups::Missing;
+use crate::state::Membership;
 use crate::topic::{topic_config, validate_group_name, RETRY_PREFIX};
 
 /// Registers the client's groups and subscriptions, creates each clustering consumer group's
@@ -34,22 +38,59 @@ pub fn heartbeat(call: &Call, request: &Command) -> Handled {
             format!("bad heartbeat body: {e}"),
         )
     })?;
-    for consumer in &data.consumer_data_set {
-        validate_group_name(&consumer.group_name)
+    let names = data.consumer_data_set.iter().map(|c| &c.group_name);
+    for name in names.chain(data.producer_data_set.iter().map(|p| &p.group_name)) {
+        validate_group_name(name)
             .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     }
-    // A group the subscription group table lacks and may not create (autoCreateSubscriptionGroup
-    // off) is not registered, as RocketMQ skips it: its pulls are then refused by name.
-    data.consumer_data_set.retain(|consumer| {
-        let known = broker
-            .groups
-            .find_with(&consumer.group_name, call.now_ms, |_| ())
-            .is_some();
-        if !known {
-            tracing::warn!(group = %consumer.group_name, "heartbeat of a consumer group that does not exist");
+    // Before anything is created for it: a new client id past the limits changes nothing.
+    broker
+        .clients
+        .admits(connection.id, &data.client_id)
+        .map_err(|too_many| client_ids_refusal(&data.client_id, too_many))?;
+    keep_known_groups(broker, &mut data, call.now_ms)?;
+    create_retry_topics(broker, &data)?;
+    connection.identify(request.language, request.version);
+    let client_id = data.client_id.clone();
+    let changed = broker
+        .clients
+        .heartbeat(connection, data, call.now_ms)
+        .map_err(|too_many| client_ids_refusal(&client_id, too_many))?;
+    for group in changed {
+        broker.notify_consumers_changed(&group);
+    }
+    let ext = ExtFields::new()
+        .with("IS_SUPPORT_HEART_BEAT_V2", false)
+        .with("IS_SUB_CHANGE", true);
+    answer(request.response_to(response_code::SUCCESS).with_ext(ext))
+}
+
+/// A group the subscription group table lacks and may not create (autoCreateSubscriptionGroup
+/// off) is not registered, as RocketMQ skips it: its pulls are then refused by name. One it may
+/// not create because the table is full refuses the heartbeat, with the limit named.
+fn keep_known_groups(
+    broker: Membership<'_>,
+    data: &mut HeartbeatData,
+    now_ms: i64,
+) -> Result<(), Refusal> {
+    let mut kept = Vec::with_capacity(data.consumer_data_set.len());
+    for consumer in std::mem::take(&mut data.consumer_data_set) {
+        match broker.groups.lookup(&consumer.group_name, now_ms, |_| ()) {
+            Ok(()) => kept.push(consumer),
+            Err(missing @ Missing::Full { .. }) => {
+                return Err(group_refusal(&consumer.group_name, missing))
+            }
+            Err(Missing::NotFound) => {
+                tracing::warn!(group = %consumer.group_name, "heartbeat of a consumer group that does not exist");
+            }
         }
-        known
-    });
+    }
+    data.consumer_data_set = kept;
+    Ok(())
+}
+
+/// Each clustering consumer group's retry topic, which the consumer looks up next.
+fn create_retry_topics(broker: Membership<'_>, data: &HeartbeatData) -> Result<(), Refusal> {
     let mut topics_created = false;
     for consumer in &data.consumer_data_set {
         if consumer.message_model == "BROADCASTING" {
@@ -65,20 +106,28 @@ pub fn heartbeat(call: &Call, request: &Command) -> Handled {
             .create_if_absent(topic_config(&retry_topic, retry_queues, 6))
         {
             Ok(created) => topics_created |= created,
-            Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+            Err(error) => return Err(topic_refusal(error, response_code::SYSTEM_ERROR)),
         }
     }
     if topics_created {
         broker.topics_changed();
     }
-    connection.identify(request.language, request.version);
-    for group in broker.clients.heartbeat(connection, data, call.now_ms) {
-        broker.notify_consumers_changed(&group);
-    }
-    let ext = ExtFields::new()
-        .with("IS_SUPPORT_HEART_BEAT_V2", false)
-        .with("IS_SUB_CHANGE", true);
-    answer(request.response_to(response_code::SUCCESS).with_ext(ext))
+    Ok(())
+}
+
+/// A heartbeat of a new client id past a limit, answered with the limit named.
+fn client_ids_refusal(client_id: &str, too_many: TooManyIds) -> Refusal {
+    let remark = match too_many {
+        TooManyIds::InAll { held, max } => format!(
+            "client {client_id} not registered: the broker keeps {held} client ids, its most: \
+             {CLIENT_IDS_MAX_KEY}={max}"
+        ),
+        TooManyIds::OnConnection { held, max } => format!(
+            "client {client_id} not registered: {held} client ids registered over this \
+             connection, its most: {CLIENT_IDS_PER_CONNECTION_MAX_KEY}={max}"
+        ),
+    };
+    Refusal::new(response_code::SYSTEM_ERROR, remark)
 }
 
 pub fn unregister(call: &Call, request: &Command) -> Handled {

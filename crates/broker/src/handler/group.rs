@@ -11,6 +11,8 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{answer, Call, Handled, Refusal};
+use crate::config::SUBSCRIPTION_GROUPS_MAX_KEY;
+use crate::groups::Refused;
 
 pub fn update(call: &Call, request: &Command) -> Handled {
     let config: SubscriptionGroupConfig = body::from_json(&request.body).map_err(|e| {
@@ -29,7 +31,16 @@ pub fn update(call: &Call, request: &Command) -> Handled {
         .membership()
         .groups
         .update(config, call.now_ms)
-        .map_err(|remark| Refusal::new(response_code::INVALID_PARAMETER, remark))?;
+        .map_err(|refused| match refused {
+            Refused::InvalidName(remark) => Refusal::new(response_code::INVALID_PARAMETER, remark),
+            Refused::Full { held, max } => {
+                let remark = format!(
+                    "subscription group {name} cannot be created: the broker holds {held} \
+                     groups, its most: {SUBSCRIPTION_GROUPS_MAX_KEY}={max}"
+                );
+                Refusal::new(response_code::SYSTEM_ERROR, remark)
+            }
+        })?;
     tracing::info!(group = %name, peer = %call.connection.peer, "subscription group created or updated");
     answer(request.response_to(response_code::SUCCESS))
 }

@@ -14,9 +14,11 @@ use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::HeaderError;
 use quiver_wire::Command;
 
+use crate::config::{SUBSCRIPTION_GROUPS_MAX_KEY, TOPICS_MAX_KEY};
 use crate::connection::Connection;
+use crate::groups::Missing;
 use crate::state::{Broker, Sending};
-use crate::topic::PERM_WRITE;
+use crate::topic::{TopicError, PERM_WRITE};
 
 mod admin;
 mod assignment;
@@ -194,4 +196,61 @@ pub fn dispatch(call: &Call, request: &Command) -> Reply {
 /// A handler's answer now.
 fn answer(response: Command) -> Handled {
     Ok(Reply::Now(response))
+}
+
+/// The answer `work` gives, worked out on the runtime's blocking pool: for admin requests
+/// that write files, fsync or read many queues (a topic's deletion, an offset reset, a topic's
+/// creation made durable), so that no runtime worker, and no connection's sends, wait on a
+/// disk for them. At most `ADMIN_WORK_MAX` run at once; the rest wait as parked tasks, not as
+/// threads.
+fn off_the_workers(
+    call: &Call,
+    request: &Command,
+    work: impl FnOnce(&Broker, &Command) -> Result<Command, Refusal> + Send + 'static,
+) -> Handled {
+    let broker = Arc::clone(call.broker);
+    let refused = request.response_to(response_code::SYSTEM_ERROR);
+    let request = request.clone();
+    Ok(Reply::Wait(Box::pin(async move {
+        let _permit = broker.administering().admin_work.acquire().await;
+        let owner = Arc::clone(&broker);
+        let worked = tokio::task::spawn_blocking(move || {
+            let answer = work(&owner, &request);
+            answer.unwrap_or_else(|refusal| refusal.into_response(&request))
+        });
+        match worked.await {
+            Ok(answer) => answer,
+            Err(error) => refused.with_remark(format!("the admin task failed: {error}")),
+        }
+    })))
+}
+
+/// A topic the table would not create or write, as the refusal that says why: past
+/// `quiverTopicsMax` with `limit_code` (what the request's family answers when a topic cannot
+/// be had), a bad name with INVALID_PARAMETER, a failed write with SYSTEM_ERROR.
+fn topic_refusal(error: TopicError, limit_code: i32) -> Refusal {
+    let code = match &error {
+        TopicError::TooMany { max, .. } => {
+            let remark = format!("{error}: {TOPICS_MAX_KEY}={max}");
+            return Refusal::new(limit_code, remark);
+        }
+        TopicError::InvalidName { .. } | TopicError::InvalidGroupName { .. } => {
+            response_code::INVALID_PARAMETER
+        }
+        TopicError::Persist { .. } | TopicError::Load(_) => response_code::SYSTEM_ERROR,
+    };
+    Refusal::new(code, error.to_string())
+}
+
+/// A group a request names that is not there, as RocketMQ answers it, or, when the table is
+/// full, with the limit named.
+fn group_refusal(group: &str, missing: Missing) -> Refusal {
+    let remark = match missing {
+        Missing::NotFound => format!("Group {group} not exist!"),
+        Missing::Full { held, max } => format!(
+            "subscription group {group} cannot be created: the broker holds {held} groups, its \
+             most: {SUBSCRIPTION_GROUPS_MAX_KEY}={max}"
+        ),
+    };
+    Refusal::new(response_code::SUBSCRIPTION_GROUP_NOT_EXIST, remark)
 }

@@ -15,7 +15,7 @@ use quiver_wire::header::{
 use quiver_wire::stats::ResetOffsetBody;
 use quiver_wire::{Command, ExtFields};
 
-use super::{answer, Call, Handled, Refusal};
+use super::{answer, group_refusal, off_the_workers, Call, Handled, Refusal};
 use crate::pop::QueueKey;
 use crate::state::Pulling;
 use crate::topic::validate_group_name;
@@ -71,21 +71,24 @@ pub fn update_consumer_offset(call: &Call, request: &Command) -> Handled {
     // As RocketMQ: offsets only for groups and topics this broker has (a push consumer's retry
     // topic is created by its first heartbeat), so the persisted table cannot fill with
     // made-up names. A group is created here when autoCreateSubscriptionGroup allows.
-    if broker
+    broker
         .groups
-        .find_with(&header.consumer_group, call.now_ms, |_| ())
-        .is_none()
-    {
-        return Err(Refusal::new(
-            response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
-            format!("Group {} not exist!", header.consumer_group),
-        ));
-    }
-    if broker.topics.shape(&header.topic).is_none() {
+        .lookup(&header.consumer_group, call.now_ms, |_| ())
+        .map_err(|missing| group_refusal(&header.consumer_group, missing))?;
+    let Some(shape) = broker.topics.shape(&header.topic) else {
         return Err(Refusal::new(
             response_code::TOPIC_NOT_EXIST,
             format!("Topic {} not exist!", header.topic),
         ));
+    };
+    // Only the queues the topic has, as a pull checks them: an offset for any queue id would
+    // let a consumer fill the table (and its file) with queues that do not exist.
+    if header.queue_id < 0 || header.queue_id >= shape.read_queues {
+        let remark = format!(
+            "queueId[{}] is illegal, topic {} has {} read queues",
+            header.queue_id, header.topic, shape.read_queues
+        );
+        return Err(Refusal::new(response_code::INVALID_PARAMETER, remark));
     }
     // An admin reset of this queue waits for the group's next pull: this commit carries the
     // offset from before it and would undo it (RocketMQ ignores it the same way).
@@ -195,9 +198,21 @@ fn offset_at(broker: Pulling<'_>, topic: &str, queue: u32, timestamp: i64) -> Re
 /// RocketMQ 4 did, the offsets are sent to the group's running consumers with
 /// RESET_CONSUMER_CLIENT_OFFSET (lowered only, unless forced), and a group with none running
 /// gets CONSUMER_NOT_ONLINE, on which mqadmin sets the stored offsets itself.
+///
+/// Worked out off the runtime's workers: each queue's offset by time is a search of its
+/// ConsumeQueue and CommitLog, which may read the disk, for every queue of the topic.
 pub fn reset_offset(call: &Call, request: &Command) -> Handled {
-    let broker = call.broker.pulling();
     let header = ResetOffsetRequestHeader::from_ext(ext_or_err(request)?)?;
+    off_the_workers(call, request, move |broker, request| {
+        reset(broker.pulling(), request, &header)
+    })
+}
+
+fn reset(
+    broker: Pulling<'_>,
+    request: &Command,
+    header: &ResetOffsetRequestHeader,
+) -> Result<Command, Refusal> {
     if broker.replication.is_slave() {
         return Err(Refusal::new(
             response_code::SYSTEM_ERROR,
@@ -215,7 +230,7 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
             remark,
         ));
     }
-    let targets = reset_targets(broker, &header, shape.read_queues)?;
+    let targets = reset_targets(broker, header, shape.read_queues)?;
     if targets.is_empty() {
         return Err(Refusal::new(
             response_code::SYSTEM_ERROR,
@@ -223,9 +238,9 @@ pub fn reset_offset(call: &Call, request: &Command) -> Handled {
         ));
     }
     if broker.config.use_server_side_reset_offset {
-        return answer(reset_on_the_broker(broker, request, &header, &targets));
+        return Ok(reset_on_the_broker(broker, request, header, &targets));
     }
-    reset_by_the_consumers(broker, request, &header, &targets)
+    reset_by_the_consumers(broker, request, header, &targets)
 }
 
 /// Queue id -> the offset a reset moves it to: the one the request names (which must be within
@@ -306,7 +321,7 @@ fn reset_by_the_consumers(
     request: &Command,
     header: &ResetOffsetRequestHeader,
     targets: &BTreeMap<i32, i64>,
-) -> Handled {
+) -> Result<Command, Refusal> {
     let mut body = ResetOffsetBody::default();
     for (&queue, &target) in targets {
         let Some(committed) = broker.offsets.get(&header.topic, &header.group, queue) else {
@@ -344,5 +359,5 @@ fn reset_by_the_consumers(
             tracing::warn!(%client_id, group = %header.group, "could not tell a consumer of an offset reset");
         }
     }
-    answer(request.response_to(response_code::SUCCESS).with_body(json))
+    Ok(request.response_to(response_code::SUCCESS).with_body(json))
 }

@@ -9,7 +9,7 @@ use quiver_wire::header::{ext_or_err, ConsumerSendMsgBackRequestHeader};
 use quiver_wire::message::{property, StoredMessage};
 use quiver_wire::Command;
 
-use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
+use super::{broker_writable, topic_refusal, topic_writable, Call, Handled, Refusal, Reply};
 use crate::state::Sending;
 use crate::topic::{topic_config, DLQ_PREFIX, RETRY_PREFIX};
 use crate::{delay, stored};
@@ -111,7 +111,7 @@ fn ensure_topic(broker: Sending<'_>, topic: &str) -> Result<(), Refusal> {
     match broker.topics.create_if_absent(topic_config(topic, 1, 6)) {
         Ok(true) => broker.topics_changed(),
         Ok(false) => {}
-        Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+        Err(error) => return Err(topic_refusal(error, response_code::SYSTEM_ERROR)),
     }
     match broker.topics.shape(topic) {
         Some(shape) => topic_writable(topic, shape.perm),

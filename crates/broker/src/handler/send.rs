@@ -16,7 +16,7 @@ use quiver_wire::message::{
 use quiver_wire::Command;
 
 use super::retry::MAX_RECONSUME_TIMES_DEFAULT;
-use super::{broker_writable, topic_writable, Call, Handled, Refusal, Reply};
+use super::{broker_writable, topic_refusal, topic_writable, Call, Handled, Refusal, Reply};
 use crate::state::{Broker, Sending};
 use crate::topic::{
     topic_config, validate_topic_name, TopicShape, DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
@@ -322,7 +322,7 @@ fn topic_shape(
             broker.topics_changed();
         }
         Ok(false) => {}
-        Err(error) => return Err(Refusal::new(response_code::SYSTEM_ERROR, error.to_string())),
+        Err(error) => return Err(topic_refusal(error, response_code::TOPIC_NOT_EXIST)),
     }
     broker.topics.shape(&header.topic).ok_or_else(|| {
         Refusal::new(

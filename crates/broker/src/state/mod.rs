@@ -36,6 +36,10 @@ pub use views::{
 
 /// Parked pulls at once; each holds a small task and a 15 s timer.
 const PARKED_PULLS_MAX: usize = 100_000;
+/// Admin requests that work on the blocking pool at once (topic deletions, offset resets,
+/// topic creations made durable); RocketMQ runs them on a pool of 16 threads, and one at a
+/// time where they change the store. More wait as parked tasks.
+pub const ADMIN_WORK_MAX: usize = 4;
 
 #[derive(Default)]
 pub struct Counters {
@@ -185,6 +189,8 @@ pub struct Broker {
     register_now: Notify,
     next_queue: AtomicU32,
     next_uniq: AtomicU32,
+    /// Permits for admin work off the runtime's workers (`ADMIN_WORK_MAX`).
+    admin_work: tokio::sync::Semaphore,
 }
 
 /// Why the broker's state could not be opened from its store root.
@@ -270,6 +276,8 @@ impl Persisted {
         )
         .map_err(StateError::Pop)?;
         let transactions = Transactions::open(&store, &offsets);
+        // What start-up added or changed (system topics, adopted ones) reaches the file now.
+        topics.persist_if_dirty()?;
         let persisted = Persisted {
             store,
             topics,
@@ -413,6 +421,12 @@ impl Broker {
             pop,
             transactions,
         } = persisted;
+        topics.set_topics_max(config.topics_max);
+        groups.set_groups_max(config.subscription_groups_max);
+        let clients = ClientTable::new(crate::clients::ClientLimits {
+            ids_max: config.client_ids_max,
+            ids_per_connection_max: config.client_ids_per_connection_max,
+        });
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
         let replication = Arc::new(Replication::new(&config));
         let arrival_waiters = waiters.clone();
@@ -431,7 +445,7 @@ impl Broker {
             topics,
             offsets,
             groups,
-            clients: ClientTable::default(),
+            clients,
             waiters,
             locks: QueueLocks::default(),
             delay_offsets,
@@ -446,6 +460,7 @@ impl Broker {
             register_now: Notify::new(),
             next_queue: AtomicU32::new(0),
             next_uniq: AtomicU32::new(0),
+            admin_work: tokio::sync::Semaphore::new(ADMIN_WORK_MAX),
         }
     }
 

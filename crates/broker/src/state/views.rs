@@ -121,6 +121,8 @@ pub struct Administering<'a> {
     pub started_ms: i64,
     /// The bytes connections' requests and answers hold, for runtime info.
     pub budget: &'a Budget,
+    /// Permits for admin work off the runtime's workers (`ADMIN_WORK_MAX`).
+    pub admin_work: &'a tokio::sync::Semaphore,
     /// For the methods below, which reach parts of the broker that this view does not hand out
     /// (its round-robin counters, the registration's wake-up, the clients).
     broker: &'a Broker,
@@ -166,6 +168,7 @@ pub struct Serving<'a> {
 pub struct Lifecycle<'a> {
     pub config: &'a BrokerConfig,
     pub store: &'a Store,
+    pub topics: &'a TopicTable,
     pub offsets: &'a ConsumerOffsets,
     pub groups: &'a SubscriptionGroups,
     pub waiters: &'a PullWaiters,
@@ -284,6 +287,7 @@ impl Broker {
             counters: &self.counters,
             started_ms: self.started_ms,
             budget: &self.budget,
+            admin_work: &self.admin_work,
             broker: self,
         }
     }
@@ -319,6 +323,7 @@ impl Broker {
         Lifecycle {
             config: &self.config,
             store: &self.store,
+            topics: &self.topics,
             offsets: &self.offsets,
             groups: &self.groups,
             waiters: &self.waiters,

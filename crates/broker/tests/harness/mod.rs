@@ -65,6 +65,12 @@ impl Harness {
     pub fn reopen(self, edit: impl FnOnce(&std::path::Path)) -> Harness {
         let Harness { broker, _dir, .. } = self;
         let config = broker.lifecycle().config.clone();
+        // As a clean stop does: the topics not yet written (changes are batched) are written.
+        broker
+            .lifecycle()
+            .topics
+            .persist_if_dirty()
+            .expect("the topics are written");
         broker.lifecycle().store.close().expect("the store closes");
         drop(broker);
         edit(&config.store_root);

@@ -453,4 +453,71 @@ pub(in crate::config) static BROKER: &[Key] = &[
         },
         print: |printing| printing.config.broker_bytes_max.to_string(),
     },
+    Key {
+        name: crate::config::TOPICS_MAX_KEY,
+        aliases: &[],
+        group: Group::Limits,
+        default: "10000",
+        follows: None,
+        doc: "The most topics the broker keeps (retry and dead-letter topics count); past it a \
+              send to a new topic is answered TOPIC_NOT_EXIST and UPDATE_AND_CREATE_TOPIC of a \
+              new one SYSTEM_ERROR, each naming this key.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(16, 500_000)
+                .map(|topics| reading.config.topics_max = topics)
+        },
+        print: |printing| printing.config.topics_max.to_string(),
+    },
+    Key {
+        name: crate::config::SUBSCRIPTION_GROUPS_MAX_KEY,
+        aliases: &[],
+        group: Group::Limits,
+        default: "10000",
+        follows: None,
+        doc: "The most subscription groups the broker keeps; past it a new group is not \
+              created, and its consumers are answered SUBSCRIPTION_GROUP_NOT_EXIST (an admin's \
+              UPDATE_AND_CREATE_SUBSCRIPTIONGROUP SYSTEM_ERROR) naming this key.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(16, 1_000_000)
+                .map(|groups| reading.config.subscription_groups_max = groups)
+        },
+        print: |printing| printing.config.subscription_groups_max.to_string(),
+    },
+    Key {
+        name: crate::config::CLIENT_IDS_MAX_KEY,
+        aliases: &[],
+        group: Group::Limits,
+        default: "20000",
+        follows: None,
+        doc: "The most client ids the broker keeps heartbeats of; a heartbeat of a new one \
+              past it is answered SYSTEM_ERROR naming this key.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 1_000_000)
+                .map(|ids| reading.config.client_ids_max = ids)
+        },
+        print: |printing| printing.config.client_ids_max.to_string(),
+    },
+    Key {
+        name: crate::config::CLIENT_IDS_PER_CONNECTION_MAX_KEY,
+        aliases: &[],
+        group: Group::Limits,
+        default: "1000",
+        follows: None,
+        doc: "The most client ids one connection may register (a client process has one, a \
+              RocketMQ proxy one per client it serves); past it a heartbeat of a new one is \
+              answered SYSTEM_ERROR naming this key.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 1_000_000)
+                .map(|ids| reading.config.client_ids_per_connection_max = ids)
+        },
+        print: |printing| printing.config.client_ids_per_connection_max.to_string(),
+    },
 ];

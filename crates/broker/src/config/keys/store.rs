@@ -238,6 +238,23 @@ pub(in crate::config) static STORE: &[Key] = &[
         print: |printing| printing.config.register_period_ms.to_string(),
     },
     Key {
+        name: "compressedRegister",
+        aliases: &[],
+        group: Group::Identity,
+        default: "false",
+        follows: None,
+        doc: "Registrations carry the topics zipped in RocketMQ's compressed layout, which \
+              Java name servers read too; one whose JSON would pass 1 MiB is zipped whatever \
+              this says, so that any number of topics fits a frame.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|compressed| reading.config.compressed_register = compressed)
+        },
+        print: |printing| printing.config.compressed_register.to_string(),
+    },
+    Key {
         name: "deleteWhen",
         aliases: &[],
         group: Group::Retention,
