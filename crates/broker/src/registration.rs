@@ -8,6 +8,7 @@ use quiver_wire::body::{self, RegisterBrokerBody};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader};
 use quiver_wire::message::body_crc;
+use quiver_wire::register_body;
 use quiver_wire::{Command, Encoding};
 use tokio::sync::watch;
 
@@ -38,18 +39,35 @@ pub async fn run(
             _ = period.tick() => {}
             _ = broker.topics_changed_since() => {}
         }
-        register_everywhere(broker, &mut links, &mut failing).await;
+        register_everywhere(&owner, &mut links, &mut failing).await;
         if failing.iter().any(|failed| !failed) {
             registered.send_replace(true);
         }
     }
 }
 
+/// A registration whose JSON body is larger than this goes compressed whatever
+/// `compressedRegister` says: 1 MiB of JSON is some 5,000 topics, and the JSON of 100,000
+/// topics would pass the 16 MiB frame limit, and the broker would drop out of its name
+/// servers. Java name servers read the compressed layout too.
+const REGISTER_JSON_BYTES_MAX: usize = 1024 * 1024;
+
+/// The registration, its body as JSON or compressed (`register_body`). Blocking: the body of
+/// many topics takes tens of milliseconds to build.
 fn registration_request(broker: Registering<'_>) -> Command {
-    let body = body::to_json(&RegisterBrokerBody {
+    let registration = RegisterBrokerBody {
         topic_config_serialize_wrapper: broker.topics.snapshot(),
         filter_server_list: Vec::new(),
-    });
+    };
+    let mut compressed = broker.config.compressed_register;
+    let mut body = Vec::new();
+    if !compressed {
+        body = body::to_json(&registration);
+        compressed = body.len() > REGISTER_JSON_BYTES_MAX;
+    }
+    if compressed {
+        body = register_body::encode_compressed(&registration);
+    }
     let header = RegisterBrokerRequestHeader {
         broker_name: broker.config.broker_name.clone(),
         broker_addr: broker.store_host.to_string(),
@@ -57,7 +75,8 @@ fn registration_request(broker: Registering<'_>) -> Command {
         ha_server_addr: broker.ha_host.to_string(),
         broker_id: broker.config.broker_id,
         heartbeat_timeout_millis: None,
-        compressed: false,
+        compressed,
+        // Of the bytes sent, compressed or not, as RocketMQ's broker computes it.
         body_crc32: body_crc(&body),
     };
     Command::request(request_code::REGISTER_BROKER, Encoding::Json)
@@ -65,8 +84,18 @@ fn registration_request(broker: Registering<'_>) -> Command {
         .with_body(body)
 }
 
-async fn register_everywhere(broker: Registering<'_>, links: &mut [Link], failing: &mut [bool]) {
-    let request = registration_request(broker);
+async fn register_everywhere(owner: &Arc<Broker>, links: &mut [Link], failing: &mut [bool]) {
+    let broker = owner.registering();
+    let building = Arc::clone(owner);
+    let built =
+        tokio::task::spawn_blocking(move || registration_request(building.registering())).await;
+    let request = match built {
+        Ok(request) => request,
+        Err(error) => {
+            tracing::error!(%error, "could not build the registration");
+            return;
+        }
+    };
     let timeout = Duration::from_millis(NAMESRV_CALL_TIMEOUT_MS);
     for (index, link) in links.iter_mut().enumerate() {
         let addr = link.addr.clone();
