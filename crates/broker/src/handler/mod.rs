@@ -203,7 +203,7 @@ fn answer(response: Command) -> Handled {
 /// creation made durable), so that no runtime worker, and no connection's sends, wait on a
 /// disk for them. At most `ADMIN_WORK_MAX` run at once; the rest wait as parked tasks, not as
 /// threads.
-fn off_the_workers(
+pub(super) fn off_the_workers(
     call: &Call,
     request: &Command,
     work: impl FnOnce(&Broker, &Command) -> Result<Command, Refusal> + Send + 'static,

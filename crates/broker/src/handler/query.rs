@@ -7,7 +7,7 @@ use quiver_wire::header::{
 };
 use quiver_wire::Command;
 
-use super::{answer, Call, Handled, Refusal, Reply};
+use super::{answer, Call, Handled, Refusal};
 use crate::state::Administering;
 
 /// Java's default cap on messages returned by one query.
@@ -15,22 +15,17 @@ const QUERY_MESSAGES_MAX: i32 = 64;
 
 pub fn by_key(call: &Call, request: &Command) -> Handled {
     let header = QueryMessageRequestHeader::from_ext(ext_or_err(request)?)?;
+    let now_ms = call.now_ms;
     // A lookup reads index entries one by one along a hash chain: on a blocking thread, so a
     // long chain (keys that collide) holds no runtime worker that answers sends.
-    let broker = call.broker.clone();
-    let response = request.response_to(response_code::SUCCESS);
-    let now_ms = call.now_ms;
-    Ok(Reply::Wait(Box::pin(async move {
-        let answer_to = response.clone();
-        let looked_up = tokio::task::spawn_blocking(move || {
-            let answer = look_up(broker.administering(), &header, now_ms, response.clone());
-            answer.unwrap_or_else(|refusal| refusal.into_response(&response))
-        });
-        looked_up.await.unwrap_or_else(|error| {
-            let remark = format!("the key lookup failed: {error}");
-            Refusal::new(response_code::SYSTEM_ERROR, remark).into_response(&answer_to)
-        })
-    })))
+    super::off_the_workers(call, request, move |broker, request| {
+        look_up(
+            broker.administering(),
+            &header,
+            now_ms,
+            request.response_to(response_code::SUCCESS),
+        )
+    })
 }
 
 fn look_up(
