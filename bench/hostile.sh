@@ -7,6 +7,7 @@
 # had acknowledged is stored (the queues' offsets count at least as many).
 #
 #   bench/hostile.sh [QUIVER_BINARY] [SECONDS]     # defaults: target/release/quiver, 20 s
+#   ATTACKS="none endless-topics" bench/hostile.sh ...  # some of them only
 #
 # Loopback only (ports 19876 and 20911); not run in CI.
 set -euo pipefail
@@ -66,6 +67,6 @@ run() { # ATTACK (none, slow-pulls, frame-prefixes)
 
 echo "| attack | broker peak RSS MiB | good client msg/s | good client p99 ms | acknowledged | stored | budget-full warnings |"
 echo "|---|---|---|---|---|---|---|"
-for attack in none slow-pulls frame-prefixes endless-topics client-ids; do
+for attack in ${ATTACKS:-none slow-pulls frame-prefixes endless-topics client-ids}; do
     run "$attack"
 done

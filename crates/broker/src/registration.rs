@@ -33,18 +33,35 @@ pub async fn run(
     let mut links = namesrv_links(broker);
     let mut failing = vec![true; links.len()];
     let mut period = tokio::time::interval(Duration::from_millis(broker.config.register_period_ms));
+    // When the next registration for a topic change may start (see `CHANGE_SPACING_MIN`).
+    let mut changes_from = tokio::time::Instant::now();
     loop {
+        let changed = async {
+            broker.topics_changed_since().await;
+            tokio::time::sleep_until(changes_from).await;
+        };
         tokio::select! {
             _ = stop.changed() => return,
             _ = period.tick() => {}
-            _ = broker.topics_changed_since() => {}
+            _ = changed => {}
         }
+        let started = tokio::time::Instant::now();
         register_everywhere(&owner, &mut links, &mut failing).await;
+        let spacing = CHANGE_SPACING_MIN.max(started.elapsed() * CHANGE_SPACING_FACTOR);
+        changes_from = started + spacing;
         if failing.iter().any(|failed| !failed) {
             registered.send_replace(true);
         }
     }
 }
+
+/// Registrations for topic changes start at least this far apart, and at least
+/// `CHANGE_SPACING_FACTOR` times as far as the last registration took: each carries every
+/// topic, so a client creating topics one after another (up to `quiverTopicsMax`) made the
+/// broker and its name servers spend their CPU on back-to-back registrations of thousands of
+/// topics, and other clients' sends waited. The changes made meanwhile go in the next one.
+const CHANGE_SPACING_MIN: Duration = Duration::from_millis(100);
+const CHANGE_SPACING_FACTOR: u32 = 4;
 
 /// A registration whose JSON body is larger than this goes compressed whatever
 /// `compressedRegister` says: 1 MiB of JSON is some 5,000 topics, and the JSON of 100,000
