@@ -228,7 +228,7 @@ pub(in crate::config) static STORE: &[Key] = &[
         default: "30000",
         follows: None,
         doc: "How often the broker registers its topics with every name server (ms); it \
-              registers at once when a topic is created.",
+              also registers soon after a topic is created (at most every 100 ms).",
         live: None,
         read: |reading, field| {
             field
