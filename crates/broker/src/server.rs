@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::budget::{Budget, Budgets};
+use crate::budget::{Budget, Budgets, Held};
 use crate::clock::now_ms;
 use crate::connection::{Connection, Outgoing, Responder};
 use crate::ha::Replicated;
@@ -124,8 +124,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-// Longer than a screen on purpose: one loop reads, cuts frames, dispatches and writes a read's
-// group, and its exits (a malformed frame, the idle timeout, a stop, a peer gone) leave from
+// Longer than a screen on purpose: one loop reads, cuts frames, admits each request against
+// its in-flight permits and byte budgets (`try_admit`, `admit`), dispatches and writes a
+// read's group, and its exits (a malformed frame, the idle timeout, a stop, a peer gone) leave from
 // the middle of it; split further, each part would return an enum of those exits for this
 // loop to match again, on the path every request takes.
 async fn serve_connection(
@@ -175,32 +176,23 @@ async fn serve_connection(
                 continue;
             }
             let frame_bytes = unframed - input.len();
-            if !budgets.has_room() {
-                // Written answers make room, and the sends read so far wait to be written.
-                drop(serving.store.append(std::mem::take(&mut appends)));
-                match wait_until(budgets.room(&connection.peer), &mut shutdown, &connection).await {
-                    Waited::Ready(()) => now_ms = self::now_ms(),
-                    Waited::Stop => break,
-                    Waited::Idle => return Ok(()),
-                }
-            }
-            let permit = match in_flight.clone().try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => {
-                    // Answers free permits, and the sends read so far wait to be written.
+            let held = match try_admit(&budgets, &in_flight, frame_bytes) {
+                Some(held) => held,
+                None => {
+                    // Written answers make room and free permits, and the sends read so far
+                    // wait to be written.
                     drop(serving.store.append(std::mem::take(&mut appends)));
-                    let permit = in_flight.clone().acquire_owned();
-                    match wait_until(permit, &mut shutdown, &connection).await {
-                        Waited::Ready(permit) => {
+                    let admitted = admit(&budgets, &in_flight, frame_bytes, connection.peer);
+                    match wait_until(admitted, &mut shutdown, &connection).await {
+                        Waited::Ready(held) => {
                             now_ms = self::now_ms();
-                            permit.expect("the in-flight semaphore is never closed")
+                            held
                         }
                         Waited::Stop => break,
                         Waited::Idle => return Ok(()),
                     }
                 }
             };
-            let held = budgets.hold(frame_bytes).with_permit(permit);
             let responder = Responder::new(connection.clone(), request.is_oneway(), held);
             let call = Call {
                 broker,
@@ -221,15 +213,11 @@ async fn serve_connection(
         // until this task yields, and reading on while more input is ready would hold the
         // answers back and merge the client's next requests into one ever larger round.
         tokio::task::yield_now().await;
+        // A stop while waiting for room is taken by the read's select below.
         if !budgets.has_room() {
-            match wait_until(budgets.room(&connection.peer), &mut shutdown, &connection).await {
-                Waited::Ready(()) => {}
-                Waited::Stop => {
-                    drain_answers(&in_flight, serving.config).await;
-                    close_after_answers(stop_writer, writer_task, &mut reader).await;
-                    return Ok(());
-                }
-                Waited::Idle => return Ok(()),
+            let room = budgets.room(&connection.peer);
+            if let Waited::Idle = wait_until(room, &mut shutdown, &connection).await {
+                return Ok(());
             }
         }
         if input.capacity() - input.len() < read_space {
@@ -280,6 +268,29 @@ fn carry_out(broker: &Arc<Broker>, reply: Reply, responder: Responder, appends: 
             tokio::spawn(async move { responder.reply(answer.await) });
         }
     }
+}
+
+/// A request of `frame_bytes` taken in at once: its in-flight permit and its bytes charged to
+/// the budgets; None when either has to be waited for.
+fn try_admit(budgets: &Budgets, in_flight: &Arc<Semaphore>, frame_bytes: usize) -> Option<Held> {
+    if !budgets.has_room() {
+        return None;
+    }
+    let permit = in_flight.clone().try_acquire_owned().ok()?;
+    Some(budgets.hold(frame_bytes).with_permit(permit))
+}
+
+/// `try_admit`, waiting for room in the budgets and then for a permit.
+async fn admit(
+    budgets: &Budgets,
+    in_flight: &Arc<Semaphore>,
+    frame_bytes: usize,
+    peer: std::net::SocketAddr,
+) -> Held {
+    budgets.room(&peer).await;
+    let permit = in_flight.clone().acquire_owned().await;
+    let permit = permit.expect("the in-flight semaphore is never closed");
+    budgets.hold(frame_bytes).with_permit(permit)
 }
 
 /// How a wait for an in-flight permit or for room in the byte budgets ended.

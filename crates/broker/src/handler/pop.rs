@@ -264,6 +264,25 @@ struct Wanted {
     first_may_exceed: bool,
 }
 
+/// What the pop takes from its next queue; None once its answer holds as many messages as
+/// asked, or (with one at least) `maxTransferBytesOnMessageInMemory`.
+fn still_wanted(
+    broker: Popping<'_>,
+    header: &PopMessageRequestHeader,
+    found: &Found,
+) -> Option<Wanted> {
+    let messages = (header.max_msg_nums as usize).saturating_sub(found.count);
+    let bytes = (broker.config.transfer_bytes_max as usize).saturating_sub(found.body.len());
+    if messages == 0 || (found.count > 0 && bytes == 0) {
+        return None;
+    }
+    Some(Wanted {
+        messages,
+        bytes: bytes.max(1) as u32,
+        first_may_exceed: found.count == 0,
+    })
+}
+
 /// One queue a pop looks at: what it asks of the queue, and where the queue stands.
 struct PopTarget<'a> {
     header: &'a PopMessageRequestHeader,
@@ -298,18 +317,15 @@ fn pop_queue(
         topic: topic.to_string(),
         queue_id,
     };
-    let wanted = (header.max_msg_nums as usize).saturating_sub(found.count);
-    let bytes_room = (broker.config.transfer_bytes_max as usize).saturating_sub(found.body.len());
     let ordered = header.order.unwrap_or(false) && !target.is_retry;
-    if wanted == 0 || (found.count > 0 && bytes_room == 0) {
+    let Some(wanted) = still_wanted(broker, header, found) else {
         let cursor = broker.pop.cursor(&key).unwrap_or(bounds.min_offset);
         return found.rest += bounds.max_offset.saturating_sub(cursor);
-    }
+    };
     // An admin reset moved this queue's pop cursor when it came (`PopState::reset`); the
     // copy of it waiting for a pull is spent by a pop, as RocketMQ's pop takes it, or the
     // group's first pull of the queue, later, would be sent back to it.
     broker.offsets.take_reset(topic, group, queue_id);
-    let first_may_exceed = found.count == 0;
     let mut bytes = Vec::new();
     let claim = broker.pop.claim(
         &key,
@@ -318,9 +334,8 @@ fn pop_queue(
         || first_pop_offset(broker, &target),
         |cursor, room| {
             let wanted = Wanted {
-                messages: wanted.min(room),
-                bytes: bytes_room.max(1) as u32,
-                first_may_exceed,
+                messages: wanted.messages.min(room),
+                ..wanted
             };
             let (offsets, next, read) = read_for_pop(broker, &target, filter, cursor, wanted);
             bytes = read;
