@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use quiver_store::FileSlice;
 use quiver_wire::{Command, Encoding, ExtFields, LanguageCode};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
@@ -23,8 +24,27 @@ pub type ConnectionId = u64;
 /// queuing notifications for it, instead of growing this queue.
 pub struct Outgoing {
     pub command: Command,
+    /// Parts of the body the writer sends from the store's files (`Answer::files`).
+    pub files: Vec<FileSlice>,
     pub permit: Option<OwnedSemaphorePermit>,
     pub held: Option<Held>,
+}
+
+/// An answer whose body may lie partly in the store's files: a pull's large records, left in
+/// the page cache for the writer to send from there. On the wire the body is `command.body`
+/// with each of `files` at its place.
+pub struct Answer {
+    pub command: Command,
+    pub files: Vec<FileSlice>,
+}
+
+impl From<Command> for Answer {
+    fn from(command: Command) -> Answer {
+        Answer {
+            command,
+            files: Vec::new(),
+        }
+    }
 }
 
 /// Requests the broker itself sends (NOTIFY_CONSUMER_IDS_CHANGED) that may wait unwritten on
@@ -82,6 +102,7 @@ impl Connection {
         self.outgoing
             .send(Outgoing {
                 command,
+                files: Vec::new(),
                 permit,
                 held,
             })
@@ -187,14 +208,20 @@ impl Responder {
         &self.connection
     }
 
-    pub fn reply(self, response: Command) {
+    /// Queues the answer for the writer. Its bytes, those it leaves in files too, count
+    /// against the budgets until written: they bound what is queued to be written, wherever
+    /// it waits.
+    pub fn reply(self, answer: impl Into<Answer>) {
         if self.oneway {
             return;
         }
+        let Answer { command, files } = answer.into();
         let mut held = self.held;
-        held.add(answer_bytes(&response));
+        let file_bytes: u64 = files.iter().map(FileSlice::len).sum();
+        held.add(answer_bytes(&command) + file_bytes as usize);
         let outgoing = Outgoing {
-            command: response,
+            command,
+            files,
             permit: None,
             held: Some(held),
         };

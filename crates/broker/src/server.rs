@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use quiver_store::{Append, AppendDone, AppendOutcome, FlushMode};
+use quiver_store::{Append, AppendDone, AppendOutcome, FileSlice, FlushMode};
 use quiver_wire::code::response_code;
-use quiver_wire::{decode_frame, encode_frame, encode_frame_head, Command};
+use quiver_wire::{decode_frame, encode_frame, encode_frame_head_for, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -260,6 +260,7 @@ fn next_read_space(read_space: usize, read: usize, offered: usize) -> usize {
 fn carry_out(broker: &Arc<Broker>, reply: Reply, responder: Responder, appends: &mut Vec<Append>) {
     match reply {
         Reply::Now(response) => responder.reply(response),
+        Reply::FromFiles(answer) => responder.reply(answer),
         Reply::Append { records, answer } => appends.push(Append {
             records,
             done: completion(broker, answer, responder),
@@ -417,8 +418,9 @@ async fn write_frames(
 ) {
     // Grown by the answers it encodes: a connection that is answered little holds little.
     let mut buffer = BytesMut::new();
-    // What one write sends, in order: encoded frames, and large bodies where they already are.
-    let mut chunks: Vec<Bytes> = Vec::new();
+    // What one write sends, in order: encoded frames, large bodies where they already are, and
+    // records in the store's files.
+    let mut chunks: Vec<Chunk> = Vec::new();
     // The in-flight permits of the answers being written: let go once they are written.
     let mut permits = Vec::new();
     let mut helds = Vec::new();
@@ -433,13 +435,14 @@ async fn write_frames(
                 None => break,
             },
         };
-        let mut batch_bytes = encode_or_error(&first.command, &mut buffer, &mut chunks);
+        let mut batch_bytes = encode_or_error(first.command, first.files, &mut buffer, &mut chunks);
         permits.extend(first.permit);
         helds.extend(first.held);
         while batch_bytes < WRITE_BATCH_BYTES_MAX {
             match outgoing.try_recv() {
                 Ok(next) => {
-                    batch_bytes += encode_or_error(&next.command, &mut buffer, &mut chunks);
+                    batch_bytes +=
+                        encode_or_error(next.command, next.files, &mut buffer, &mut chunks);
                     permits.extend(next.permit);
                     helds.extend(next.held);
                 }
@@ -447,13 +450,18 @@ async fn write_frames(
             }
         }
         if !buffer.is_empty() {
-            chunks.push(buffer.split().freeze());
+            chunks.push(Chunk::Bytes(buffer.split().freeze()));
         }
         // A peer that takes none of our bytes for the idle timeout is given up: its reader
         // sees the writer gone and closes the connection.
         match tokio::time::timeout(idle, write_chunks(&mut writer, &mut chunks)).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) => return,
+            Ok(Err(error)) => {
+                if error.kind() == std::io::ErrorKind::UnexpectedEof {
+                    tracing::warn!(%error, "closing connection: a pull answer could not be finished");
+                }
+                return;
+            }
             Err(_) => {
                 tracing::debug!("closing connection: nothing written for the idle timeout");
                 return;
@@ -469,28 +477,48 @@ async fn write_frames(
     }
 }
 
-/// Writes `chunks` whole and in order, with as few calls as the socket allows; empties it.
-async fn write_chunks(writer: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> std::io::Result<()> {
+/// A piece of what the writer sends: bytes in memory, or records in a CommitLog segment with
+/// how much of them is sent already.
+enum Chunk {
+    Bytes(Bytes),
+    File(FileSlice, u64),
+}
+
+/// Writes `chunks` whole and in order, with as few calls as the socket allows: runs of bytes
+/// with one vectored write, records in files with `sendfile`; empties it.
+async fn write_chunks(writer: &mut OwnedWriteHalf, chunks: &mut Vec<Chunk>) -> std::io::Result<()> {
     use bytes::Buf;
     let mut first = 0;
     loop {
-        while chunks.get(first).is_some_and(Bytes::is_empty) {
+        while chunks.get(first).is_some_and(|chunk| match chunk {
+            Chunk::Bytes(bytes) => bytes.is_empty(),
+            Chunk::File(slice, sent) => *sent >= slice.len(),
+        }) {
             first += 1;
         }
         if first == chunks.len() {
             break;
         }
+        if let Chunk::File(slice, sent) = &mut chunks[first] {
+            *sent += send_file_slice(writer, slice, *sent).await? as u64;
+            continue;
+        }
         let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
             .iter()
             .take(WRITE_CHUNKS_MAX)
-            .map(|chunk| std::io::IoSlice::new(chunk))
+            .map_while(|chunk| match chunk {
+                Chunk::Bytes(bytes) => Some(std::io::IoSlice::new(bytes)),
+                Chunk::File(..) => None,
+            })
             .collect();
         let mut written = writer.write_vectored(&slices).await?;
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         while written > 0 {
-            let chunk = &mut chunks[first];
+            let Chunk::Bytes(chunk) = &mut chunks[first] else {
+                unreachable!("a vectored write covers bytes only");
+            };
             if written >= chunk.len() {
                 written -= chunk.len();
                 first += 1;
@@ -504,21 +532,54 @@ async fn write_chunks(writer: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> s
     Ok(())
 }
 
+/// Sends as much of `slice` past its first `sent` bytes as the socket takes once writable.
+async fn send_file_slice(
+    writer: &OwnedWriteHalf,
+    slice: &FileSlice,
+    sent: u64,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsFd;
+    let stream: &TcpStream = writer.as_ref();
+    loop {
+        stream.writable().await?;
+        match stream.try_io(tokio::io::Interest::WRITABLE, || {
+            slice.send(stream.as_fd(), sent)
+        }) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            sent_now => return sent_now,
+        }
+    }
+}
+
 /// Encodes `command` into `buffer`, or in its place an error answer with the same opaque when
 /// it does not fit in a frame (a batch answer's message ids can outgrow one, with a large
 /// maxMessageSize). A body of `BODY_COPY_BYTES_MAX` or more is not copied: the buffer so far
-/// and the body go to `chunks`. Returns the frame's size.
-fn encode_or_error(command: &Command, buffer: &mut BytesMut, chunks: &mut Vec<Bytes>) -> usize {
+/// and the body go to `chunks`, and so do `files`, each at its place in the body. Returns the
+/// frame's size.
+fn encode_or_error(
+    command: Command,
+    files: Vec<FileSlice>,
+    buffer: &mut BytesMut,
+    chunks: &mut Vec<Chunk>,
+) -> usize {
     let start = buffer.len();
-    match encode_frame_head(command, buffer) {
-        Ok(()) if command.body.len() < BODY_COPY_BYTES_MAX => {
+    let file_bytes: u64 = files.iter().map(FileSlice::len).sum();
+    let body_bytes = command.body.len() + file_bytes as usize;
+    match encode_frame_head_for(&command, body_bytes, buffer) {
+        Ok(()) if files.is_empty() && body_bytes < BODY_COPY_BYTES_MAX => {
             buffer.extend_from_slice(&command.body);
         }
         Ok(()) => {
             let head = buffer.len() - start;
-            chunks.push(buffer.split().freeze());
-            chunks.push(command.body.clone());
-            return head + command.body.len();
+            chunks.push(Chunk::Bytes(buffer.split().freeze()));
+            let mut copied = 0;
+            for slice in files {
+                chunks.push(Chunk::Bytes(command.body.slice(copied..slice.at)));
+                copied = slice.at;
+                chunks.push(Chunk::File(slice, 0));
+            }
+            chunks.push(Chunk::Bytes(command.body.slice(copied..)));
+            return head + body_bytes;
         }
         Err(error) => {
             tracing::warn!(code = command.code, opaque = command.opaque, %error, "answer does not fit in a frame");
@@ -527,7 +588,7 @@ fn encode_or_error(command: &Command, buffer: &mut BytesMut, chunks: &mut Vec<By
                 remark: Some(error.to_string()),
                 ext: None,
                 body: Default::default(),
-                ..command.clone()
+                ..command
             };
             encode_frame(&fallback, buffer)
                 .expect("an answer with no header fields and no body always fits in a frame");
@@ -550,7 +611,7 @@ mod tests {
             .with_ext(ExtFields::new().with("msgId", huge));
         let mut buffer = BytesMut::new();
         let mut chunks = Vec::new();
-        encode_or_error(&answer, &mut buffer, &mut chunks);
+        encode_or_error(answer, Vec::new(), &mut buffer, &mut chunks);
         assert!(chunks.is_empty());
         let sent = decode_frame(&mut buffer).unwrap().unwrap();
         assert_eq!(sent.code, response_code::SYSTEM_ERROR);
@@ -576,11 +637,15 @@ mod tests {
         let mut chunks = Vec::new();
         let mut sizes = 0;
         for answer in &answers {
-            sizes += encode_or_error(answer, &mut buffer, &mut chunks);
+            sizes += encode_or_error(answer.clone(), Vec::new(), &mut buffer, &mut chunks);
         }
-        chunks.push(buffer.split().freeze());
+        chunks.push(Chunk::Bytes(buffer.split().freeze()));
         assert!(chunks.len() > 20, "large bodies are pieces of their own");
-        assert_eq!(sizes, chunks.iter().map(Bytes::len).sum::<usize>());
+        let chunk_bytes = |chunk: &Chunk| match chunk {
+            Chunk::Bytes(bytes) => bytes.len(),
+            Chunk::File(..) => unreachable!("no answer here has files"),
+        };
+        assert_eq!(sizes, chunks.iter().map(chunk_bytes).sum::<usize>());
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -601,5 +666,104 @@ mod tests {
             assert_eq!(got.body, answer.body);
         }
         assert!(received.is_empty());
+    }
+
+    /// Answers whose records are in the store's files go out with `sendfile` between frames
+    /// written from memory; the peer reads the same frames in the same order, with a socket
+    /// full long enough that sends stop part way.
+    #[tokio::test]
+    async fn answers_with_records_in_files_reach_the_peer_whole_and_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = quiver_store::StoreConfig::under(dir.path());
+        config.segment_bytes = 16 << 20;
+        let (store, _) = quiver_store::Store::open(config).expect("open");
+        let records: Vec<quiver_store::Record> = (0..240)
+            .map(|i| {
+                let body = vec![i as u8; if i % 4 == 3 { 200 } else { 50_000 + i }];
+                let bytes = quiver_record::RecordBuilder {
+                    topic: "T",
+                    queue_id: 0,
+                    body: &body,
+                    store_timestamp_ms: 1,
+                    properties: &[],
+                }
+                .build();
+                quiver_store::Record {
+                    topic: "T".to_string(),
+                    queue_id: 0,
+                    tags_code: 0,
+                    keys: Vec::new(),
+                    store_timestamp_ms: 1,
+                    bytes,
+                }
+            })
+            .collect();
+        let (done, appended) = std::sync::mpsc::channel();
+        let append = Append {
+            records,
+            done: Box::new(move |result| {
+                let _ = done.send(result.is_ok());
+            }),
+        };
+        drop(store.append(vec![append]));
+        assert!(appended.recv().expect("appended"));
+
+        let mut expected = Vec::new();
+        let mut buffer = BytesMut::new();
+        let mut chunks = Vec::new();
+        let mut sizes = 0;
+        let mut offset = 0;
+        let mut with_files = 0;
+        while offset < 240 {
+            let read = store
+                .read_to_send("T", 0, offset, 7, u32::MAX, &|_| true)
+                .expect("read");
+            offset = read.next_offset;
+            let body = quiver_store::assemble(&read.bytes, &read.files).expect("assemble");
+            with_files += usize::from(!read.files.is_empty());
+            let answer = Command::request(11, Encoding::Json)
+                .with_opaque(offset as i32)
+                .response_to(response_code::SUCCESS)
+                .with_body(read.bytes);
+            expected.push((answer.opaque, body));
+            sizes += encode_or_error(answer, read.files, &mut buffer, &mut chunks);
+            // A small answer from memory between them.
+            let small = Command::request(11, Encoding::Json)
+                .with_opaque(-(offset as i32))
+                .response_to(response_code::SUCCESS)
+                .with_body(vec![7u8; 100]);
+            expected.push((small.opaque, small.body.to_vec()));
+            sizes += encode_or_error(small, Vec::new(), &mut buffer, &mut chunks);
+        }
+        assert!(with_files > 20, "most answers leave records in files");
+        chunks.push(Chunk::Bytes(buffer.split().freeze()));
+        let chunk_bytes = |chunk: &Chunk| match chunk {
+            Chunk::Bytes(bytes) => bytes.len(),
+            Chunk::File(slice, _) => slice.len() as usize,
+        };
+        assert_eq!(sizes, chunks.iter().map(chunk_bytes).sum::<usize>());
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_, mut writer) = TcpStream::connect(addr).await.unwrap().into_split();
+        let (mut socket, _) = listener.accept().await.unwrap();
+        // Nothing is read until the writer has sent all it could or finished: the 10 MB
+        // fill the socket's buffers first, so sends stop part way and go on when it drains.
+        let writing = tokio::spawn(async move {
+            write_chunks(&mut writer, &mut chunks)
+                .await
+                .map(|()| chunks.len())
+        });
+        let mut received = Vec::new();
+        socket.read_to_end(&mut received).await.unwrap();
+        assert_eq!(writing.await.unwrap().unwrap(), 0);
+        let mut received = BytesMut::from(&received[..]);
+        for (opaque, body) in &expected {
+            let got = decode_frame(&mut received).unwrap().expect("a whole frame");
+            assert_eq!(got.opaque, *opaque);
+            assert!(&got.body[..] == body, "answer {opaque}: the body differs");
+        }
+        assert!(received.is_empty());
+        store.close().expect("close");
     }
 }

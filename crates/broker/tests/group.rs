@@ -289,8 +289,8 @@ async fn running_info_is_asked_of_the_consumer_and_its_answer_passed_back() {
             .with_body(&b"{\"properties\":{}}"[..]),
     );
     let answer = answer.await.unwrap();
-    assert_eq!(answer.code, response_code::SUCCESS);
-    assert_eq!(&answer.body[..], b"{\"properties\":{}}");
+    assert_eq!(answer.command.code, response_code::SUCCESS);
+    assert_eq!(&answer.command.body[..], b"{\"properties\":{}}");
 
     let absent = Command::request(request_code::GET_CONSUMER_RUNNING_INFO, Encoding::Json)
         .with_ext(

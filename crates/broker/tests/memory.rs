@@ -99,7 +99,7 @@ async fn a_parked_pull_wakes_when_a_message_lands_in_the_ring() {
         .await
         .expect("woken well before the suspend time")
         .expect("the parked pull completes");
-    assert_eq!(&messages(&answer)[0].body[..], b"online");
+    assert_eq!(&messages(&answer.command)[0].body[..], b"online");
 }
 
 #[tokio::test]

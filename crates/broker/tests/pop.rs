@@ -375,7 +375,7 @@ async fn notification_says_whether_there_is_something_to_pop_and_waits_for_it() 
         .await
         .expect("woken by the arrival")
         .unwrap();
-    assert_eq!(field(&answer, "hasMsg"), "true");
+    assert_eq!(field(&answer.command, "hasMsg"), "true");
     assert_eq!(field(&h.call(info()).await, "pollingNum"), "0");
 }
 

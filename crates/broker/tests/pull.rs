@@ -52,7 +52,7 @@ async fn a_parked_pull_is_answered_when_a_message_lands() {
     h.send("Prices", b"landed", &options()).await;
     // Paused time: had the arrival not woken it, the answer would come only at 15 s.
     let started = tokio::time::Instant::now();
-    let response = waiting.await.expect("the parked pull completes");
+    let response = harness::whole(waiting.await.expect("the parked pull completes"));
     assert!(started.elapsed() < Duration::from_secs(15));
     assert_eq!(&messages(&response)[0].body[..], b"landed");
 }
@@ -109,6 +109,48 @@ async fn with_slave_read_enable_a_pull_far_behind_is_sent_to_the_slave() {
         "0",
         "never without it"
     );
+}
+
+/// Runs of large messages are left in the CommitLog for the connection to send from the page
+/// cache; small ones, and all of them with `transferMsgByHeap`, are copied. Either way the
+/// consumer reads the same messages.
+#[tokio::test]
+async fn large_messages_are_answered_from_the_log_files_unless_transfer_by_heap() {
+    let bodies: Vec<Vec<u8>> = [40_000, 100, 70_000, 20_000, 300]
+        .iter()
+        .enumerate()
+        .map(|(i, size)| vec![b'a' + i as u8; *size])
+        .collect();
+    for (config, from_files) in [("", true), ("transferMsgByHeap=true\n", false)] {
+        let h = Harness::with_config(config);
+        h.create_topic("Large", 1).await;
+        for body in &bodies {
+            h.send("Large", body, &options()).await;
+        }
+        let reply = h.dispatch(&pull_request("Large", "g", 0, 0, 0));
+        let answer = match reply {
+            Reply::FromFiles(answer) => {
+                assert!(from_files, "{config}: copied");
+                assert!(!answer.files.is_empty());
+                harness::whole(answer)
+            }
+            Reply::Now(answer) => {
+                assert!(!from_files, "{config}: nothing left in files");
+                answer
+            }
+            _ => panic!("a pull of a queue holding messages is answered now"),
+        };
+        let got: Vec<Vec<u8>> = messages(&answer).iter().map(|m| m.body.to_vec()).collect();
+        assert_eq!(got, bodies);
+    }
+    // Small messages alone are copied.
+    let h = Harness::new();
+    h.create_topic("Small", 1).await;
+    h.send("Small", b"small", &options()).await;
+    assert!(matches!(
+        h.dispatch(&pull_request("Small", "g", 0, 0, 0)),
+        Reply::Now(_)
+    ));
 }
 
 /// A pull of one message from `offset` of queue 0.

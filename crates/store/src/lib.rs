@@ -30,6 +30,7 @@ mod read;
 mod recovery;
 mod retention;
 mod timer_buckets;
+mod transfer;
 mod types;
 
 /// The `LD_PRELOAD` shim that puts real EIO and ENOSPC under the unit tests of flushes.
@@ -62,6 +63,7 @@ pub use queues::ArrivalListener;
 use queues::Queues;
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
 pub use timer_buckets::{TimerBuckets, TimerEntry};
+pub use transfer::{assemble, FileSlice, SEND_FROM_FILE_RECORD_BYTES_MIN};
 
 /// With sync flush, the group commit for what one `Store::append` wrote: the fdatasync that
 /// completes those sends runs when this is dropped (or is left to a thread running one
@@ -536,12 +538,45 @@ impl Store {
         }
         read::read(
             self.inner.reader(),
-            topic,
-            queue_id,
-            offset,
-            max_messages,
-            max_bytes,
+            read::Wanted {
+                topic,
+                queue_id,
+                offset,
+                max_messages,
+                max_bytes,
+            },
             accept,
+            false,
+        )
+    }
+
+    /// `read`, leaving runs of large records (`SEND_FROM_FILE_RECORD_BYTES_MIN` on average)
+    /// in the CommitLog's files, in `QueueRead::files`, for the caller to send from there: a
+    /// pull answer's body goes from the page cache to the socket without being copied.
+    pub fn read_to_send(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max_messages: u32,
+        max_bytes: u32,
+        accept: &dyn Fn(i64) -> bool,
+    ) -> Result<QueueRead, ReadError> {
+        let memory = &self.inner.memory;
+        if memory.holds(topic) {
+            return Ok(memory.read(topic, queue_id, offset, max_messages, max_bytes, accept));
+        }
+        read::read(
+            self.inner.reader(),
+            read::Wanted {
+                topic,
+                queue_id,
+                offset,
+                max_messages,
+                max_bytes,
+            },
+            accept,
+            true,
         )
     }
 

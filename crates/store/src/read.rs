@@ -13,6 +13,7 @@ use crate::index::Index;
 use crate::log::Log;
 use crate::queues::consume_queue::{ConsumeQueue, Entry, ENTRY_BYTES};
 use crate::queues::Queues;
+use crate::transfer::{FileSlice, SEND_FROM_FILE_RECORD_BYTES_MIN};
 use crate::types::{Boundary, LogChunk, QueueRead, ReadError, ReadStatus};
 use quiver_record::{RecordView, RECORD_BYTES_MIN, STORE_TIMESTAMP_PREFIX_BYTES};
 
@@ -39,9 +40,10 @@ struct Run {
 /// are read with one call into a buffer sized once.
 struct Taken {
     runs: Vec<Run>,
-    /// Per taken entry: its size and its queue offset.
+    /// Per taken entry: its size, its queue offset and its CommitLog position.
     sizes: Vec<u32>,
     offsets: Vec<u64>,
+    positions: Vec<u64>,
     bytes: u64,
     /// After the last entry scanned.
     next_offset: u64,
@@ -65,20 +67,50 @@ impl Taken {
         }
         self.sizes.push(entry.size);
         self.offsets.push(offset);
+        self.positions.push(entry.position);
         self.bytes += u64::from(entry.size);
+    }
+
+    /// Whether the run's records are large enough, on average, that checking each one's
+    /// header on its own and sending them from the file costs less than copying them.
+    fn worth_sending_from_file(&self, run: usize) -> bool {
+        let first = self.runs[run].first;
+        let end = self
+            .runs
+            .get(run + 1)
+            .map_or(self.sizes.len(), |next| next.first);
+        let records = (end - first) as u64;
+        self.runs[run].bytes >= SEND_FROM_FILE_RECORD_BYTES_MIN * records
     }
 }
 
+/// What a read asks for: up to `max_messages` records within `max_bytes` (always one, whatever
+/// its size) of a queue from `offset`.
+pub struct Wanted<'a> {
+    pub topic: &'a str,
+    pub queue_id: u32,
+    pub offset: u64,
+    pub max_messages: u32,
+    pub max_bytes: u32,
+}
+
+/// Reads what `wanted` asks for of the records `accept` takes by tag code. With `to_send`,
+/// runs of large records are checked and left in their segment (`QueueRead::files`) instead
+/// of being copied.
 pub fn read(
     reader: Reader<'_>,
-    topic: &str,
-    queue_id: u32,
-    offset: u64,
-    max_messages: u32,
-    max_bytes: u32,
+    wanted: Wanted<'_>,
     accept: &dyn Fn(i64) -> bool,
+    to_send: bool,
 ) -> Result<QueueRead, ReadError> {
     let Reader { log, queues, .. } = reader;
+    let Wanted {
+        topic,
+        queue_id,
+        offset,
+        max_messages,
+        max_bytes,
+    } = wanted;
     let queue = queues.get(topic, queue_id);
     let (min, max) = queue.as_ref().map_or((0, 0), |queue| queue.bounds());
     if let Some((status, next_offset)) = offset_outside(offset, min, max) {
@@ -105,11 +137,30 @@ pub fn read(
         max_bytes,
         accept,
     );
-    let mut out = Vec::with_capacity(taken.bytes as usize);
+    let sent_from_file: Vec<bool> = (0..taken.runs.len())
+        .map(|run| to_send && taken.worth_sending_from_file(run))
+        .collect();
+    let copied_bytes: u64 = (taken.runs.iter().zip(&sent_from_file))
+        .filter(|(_, from_file)| !**from_file)
+        .map(|(run, _)| run.bytes)
+        .sum();
+    let mut out = Vec::with_capacity(copied_bytes as usize);
+    let mut files = Vec::new();
     let mut segment_cache = None;
     let mut damage = None;
-    for run in &taken.runs {
-        damage = read_run(log, run, &taken.sizes, &mut out, &mut segment_cache)?;
+    for (run, from_file) in taken.runs.iter().zip(sent_from_file) {
+        damage = if from_file {
+            leave_run(
+                log,
+                run,
+                &taken.sizes,
+                out.len(),
+                &mut files,
+                &mut segment_cache,
+            )?
+        } else {
+            read_run(log, run, &taken.sizes, &mut out, &mut segment_cache)?
+        };
         if damage.is_some() {
             break;
         }
@@ -128,10 +179,15 @@ pub fn read(
     } else {
         ReadStatus::NoMatchedMessage
     };
+    let end_position = count
+        .checked_sub(1)
+        .map(|last| taken.positions[last] + u64::from(taken.sizes[last]));
     Ok(QueueRead {
         status,
         bytes: out,
+        files,
         message_count: count as u32,
+        end_position,
         next_offset,
         min_offset: min,
         max_offset: max,
@@ -206,6 +262,7 @@ fn take_entries(
         runs: Vec::new(),
         sizes: Vec::new(),
         offsets: Vec::new(),
+        positions: Vec::new(),
         bytes: 0,
         next_offset: offset,
         skipped: None,
@@ -296,6 +353,85 @@ fn read_run(
     Ok(check_run(log, base, run, sizes, out, at))
 }
 
+/// Checks the run's records as `read_run` does, reading only their headers, and leaves them in
+/// their segment: a slice of it joins `files`, to go before `bytes[at..]`. On damage, the
+/// slice holds only the records before the damaged one.
+fn leave_run(
+    log: &Log,
+    run: &Run,
+    sizes: &[u32],
+    at: usize,
+    files: &mut Vec<FileSlice>,
+    segment_cache: &mut Option<(u64, Arc<File>)>,
+) -> Result<Option<Damage>, ReadError> {
+    if let Some(damage) = cache_segment(log, run, segment_cache)? {
+        return Ok(Some(damage));
+    }
+    let (base, file) = segment_cache
+        .as_ref()
+        .expect("segment cache was just filled");
+    let base = *base;
+    if run.start + run.bytes > base + log.segment_bytes() {
+        return Ok(Some(segment_damage(
+            log,
+            base,
+            run.first,
+            run.start,
+            "ConsumeQueue entry runs past the segment end".to_string(),
+        )));
+    }
+    let file_bytes = file
+        .metadata()
+        .map_err(|e| ReadError::io(&log.segment_path(base), &e))?
+        .len();
+    let mut checked = 0u64;
+    let mut damage = None;
+    for (record, size) in sizes.iter().enumerate().skip(run.first) {
+        if checked >= run.bytes {
+            break;
+        }
+        let position = run.start + checked;
+        let mut head = [0u8; 8];
+        let in_file = position - base + u64::from(*size) <= file_bytes;
+        if !in_file {
+            damage = Some(segment_damage(
+                log,
+                base,
+                record,
+                position,
+                "ConsumeQueue entry points past the end of the segment file".to_string(),
+            ));
+            break;
+        }
+        file.read_exact_at(&mut head, position - base)
+            .map_err(|e| ReadError::io(&log.segment_path(base), &e))?;
+        if let Some(reason) = header_mismatch(&head, *size) {
+            damage = Some(segment_damage(log, base, record, position, reason));
+            break;
+        }
+        checked += u64::from(*size);
+    }
+    if checked > 0 {
+        files.push(FileSlice::new(
+            at,
+            Arc::clone(file),
+            run.start - base,
+            checked,
+        ));
+    }
+    Ok(damage)
+}
+
+/// Why a record's first bytes are not those of a `size`-byte record, if they are not.
+#[inline]
+fn header_mismatch(record: &[u8], size: u32) -> Option<String> {
+    let total = quiver_record::read_i32(record, 0).unwrap_or(-1);
+    let magic = quiver_record::read_i32(record, 4).unwrap_or(0);
+    (total != size as i32 || !quiver_record::is_record_magic(magic)).then(|| {
+        format!("ConsumeQueue says a {size}-byte record, the log has TOTALSIZE {total} MAGIC {magic:#x}")
+    })
+}
+
 /// Puts the segment holding the run's start in `segment_cache`, unless it is there already:
 /// consecutive runs mostly lie in one segment.
 #[inline]
@@ -346,17 +482,9 @@ fn check_run(
         if record_at >= run_end {
             break;
         }
-        let total = quiver_record::read_i32(out, record_at).unwrap_or(-1);
-        let magic = quiver_record::read_i32(out, record_at + 4).unwrap_or(0);
-        if total != *size as i32 || !quiver_record::is_record_magic(magic) {
+        if let Some(reason) = header_mismatch(&out[record_at..], *size) {
             out.truncate(record_at);
-            return Some(segment_damage(
-                log,
-                base,
-                record,
-                position,
-                format!("ConsumeQueue says a {size}-byte record, the log has TOTALSIZE {total} MAGIC {magic:#x}"),
-            ));
+            return Some(segment_damage(log, base, record, position, reason));
         }
         record_at += *size as usize;
         position += u64::from(*size);

@@ -1,5 +1,6 @@
 //! The value types of the public API: configuration, requests, outcomes and errors.
 
+use crate::transfer::FileSlice;
 use std::path::{Path, PathBuf};
 
 /// Where the store keeps its files and the limits it enforces.
@@ -178,9 +179,14 @@ pub enum ReadStatus {
 #[derive(Debug, Clone)]
 pub struct QueueRead {
     pub status: ReadStatus,
-    /// The found records back to back, as stored (a pull body).
+    /// The found records back to back, as stored (a pull body), but for those in `files`.
     pub bytes: Vec<u8>,
+    /// Records left in the CommitLog's files for the connection to send from there, each
+    /// with its place in `bytes`; only a read that asks for them gets any.
+    pub files: Vec<FileSlice>,
     pub message_count: u32,
+    /// Where the last record served ends in the CommitLog, when the read knows it.
+    pub end_position: Option<u64>,
     /// Per wire spec §4.3: after the last scanned entry.
     pub next_offset: u64,
     pub min_offset: u64,
@@ -192,12 +198,19 @@ pub struct QueueRead {
 }
 
 impl QueueRead {
+    /// The body's size: the copied records and those left in files.
+    pub fn body_bytes(&self) -> u64 {
+        self.bytes.len() as u64 + self.files.iter().map(FileSlice::len).sum::<u64>()
+    }
+
     /// An answer that carries no record: where the reader goes on, and the queue's bounds.
     pub fn empty(status: ReadStatus, next_offset: u64, min_offset: u64, max_offset: u64) -> Self {
         QueueRead {
             status,
             bytes: Vec::new(),
+            files: Vec::new(),
             message_count: 0,
+            end_position: None,
             next_offset,
             min_offset,
             max_offset,

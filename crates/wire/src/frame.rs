@@ -105,6 +105,16 @@ pub fn encode_frame(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameError>
 /// `encode_frame` without the body: the length prefix (which counts the body) and the header.
 /// A writer sends `cmd.body` right after, from where it already is, instead of copying it.
 pub fn encode_frame_head(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameError> {
+    encode_frame_head_for(cmd, cmd.body.len(), out)
+}
+
+/// `encode_frame_head` for a body of `body_bytes` that the writer sends from elsewhere (from
+/// files, with `cmd.body` among them).
+pub fn encode_frame_head_for(
+    cmd: &Command,
+    body_bytes: usize,
+    out: &mut BytesMut,
+) -> Result<(), FrameError> {
     let start = out.len();
     // Reserve the prefix now and patch it once the header length is known, so the header is
     // written straight into `out` instead of into a temporary buffer.
@@ -123,7 +133,7 @@ pub fn encode_frame_head(cmd: &Command, out: &mut BytesMut) -> Result<(), FrameE
         }
     };
     let header_bytes = out.len() - start - FRAME_PREFIX_BYTES;
-    let frame_bytes = FRAME_PREFIX_BYTES + header_bytes + cmd.body.len();
+    let frame_bytes = FRAME_PREFIX_BYTES + header_bytes + body_bytes;
     if frame_bytes > FRAME_BYTES_MAX {
         out.truncate(start);
         return Err(FrameError::TooLarge {

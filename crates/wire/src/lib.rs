@@ -29,7 +29,9 @@ pub use body::*;
 pub use code::{request_code, response_code, untruncate_pop_code};
 pub use command::{Command, Encoding, LanguageCode, FLAG_ONEWAY, FLAG_RESPONSE, SERVER_VERSION};
 pub use ext::{ExtFields, ExtText};
-pub use frame::{decode_frame, encode_frame, encode_frame_head, FRAME_BYTES_MAX};
+pub use frame::{
+    decode_frame, encode_frame, encode_frame_head, encode_frame_head_for, FRAME_BYTES_MAX,
+};
 pub use frame_error::FrameError;
 pub use header::*;
 pub use message::{

@@ -168,6 +168,9 @@ pub struct BrokerConfig {
     /// pull, pop or peek answer carries (always at least one message).
     pub transfer_bytes_max: u32,
     pub transfer_count_max: u32,
+    /// `transferMsgByHeap`: pull answers copy every record, instead of sending large ones
+    /// from the page cache.
+    pub transfer_by_heap: bool,
     /// `quiverConnectionBytesMax`, `quiverBrokerBytesMax`: the byte budgets (`budget.rs`).
     pub connection_bytes_max: usize,
     pub broker_bytes_max: usize,
@@ -252,6 +255,7 @@ impl Default for BrokerConfig {
             requests_in_flight_per_connection_max: 4_096,
             transfer_bytes_max: 256 * 1024,
             transfer_count_max: 32,
+            transfer_by_heap: false,
             connection_bytes_max: 16 * 1024 * 1024,
             broker_bytes_max: 256 * 1024 * 1024,
             delay_levels_ms: delay_levels::DEFAULT_LEVELS_MS.to_vec(),

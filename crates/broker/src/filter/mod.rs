@@ -134,15 +134,12 @@ pub fn read_matching<E>(
     if first.status != ReadStatus::Found {
         return Ok(first);
     }
-    let mut kept = QueueRead {
-        status: ReadStatus::NoMatchedMessage,
-        bytes: Vec::new(),
-        message_count: 0,
-        next_offset: offset,
-        min_offset: first.min_offset,
-        max_offset: first.max_offset,
-        damage: None,
-    };
+    let mut kept = QueueRead::empty(
+        ReadStatus::NoMatchedMessage,
+        offset,
+        first.min_offset,
+        first.max_offset,
+    );
     let mut chunk = Some(first);
     while let Some(read_now) = chunk.take() {
         kept.min_offset = read_now.min_offset;
@@ -286,7 +283,9 @@ mod tests {
                     ReadStatus::OffsetOverflowOne
                 },
                 bytes,
+                files: Vec::new(),
                 message_count: (end - offset) as u32,
+                end_position: None,
                 next_offset: end,
                 min_offset: 0,
                 max_offset: self.records.len() as u64,

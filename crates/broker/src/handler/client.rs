@@ -268,7 +268,7 @@ pub fn consumer_running_info(call: &Call, request: &Command) -> Handled {
         forwarded = forwarded.with_ext(ext.clone());
     }
     let response = request.response_to(response_code::SUCCESS);
-    Ok(Reply::Wait(Box::pin(async move {
+    Ok(Reply::wait(async move {
         match connection.ask(forwarded, CLIENT_ANSWER_TIMEOUT).await {
             Ok(answer) => {
                 let mut passed = response.with_body(answer.body);
@@ -295,7 +295,7 @@ pub fn consumer_running_info(call: &Call, request: &Command) -> Handled {
                 failed
             }
         }
-    })))
+    }))
 }
 
 /// CHECK_CLIENT_CONFIG: Java's push consumer asks at start whether its SQL92 subscription can

@@ -15,7 +15,7 @@ use quiver_wire::header::HeaderError;
 use quiver_wire::Command;
 
 use crate::config::{SUBSCRIPTION_GROUPS_MAX_KEY, TOPICS_MAX_KEY};
-use crate::connection::Connection;
+use crate::connection::{Answer, Connection};
 use crate::groups::Missing;
 use crate::state::{Broker, Sending};
 use crate::topic::{TopicError, PERM_WRITE};
@@ -53,6 +53,8 @@ pub type AnswerAppend = Box<dyn FnOnce(Result<AppendOutcome, AppendError>) -> Co
 pub enum Reply {
     /// The answer, now.
     Now(Command),
+    /// The answer, now, with records of its body left in the store's files (a pull's).
+    FromFiles(Answer),
     /// Records to write with the rest of the connection's read (one group); the answer comes
     /// once they are durable under the flush mode.
     Append {
@@ -61,7 +63,14 @@ pub enum Reply {
     },
     /// The answer comes when this completes: a pull parked until a message lands on its queue
     /// or its suspend time runs out.
-    Wait(Pin<Box<dyn Future<Output = Command> + Send>>),
+    Wait(Pin<Box<dyn Future<Output = Answer> + Send>>),
+}
+
+impl Reply {
+    /// `Reply::Wait` for an answer whose body is all in memory.
+    pub fn wait(answer: impl Future<Output = Command> + Send + 'static) -> Reply {
+        Reply::Wait(Box::pin(async move { Answer::from(answer.await) }))
+    }
 }
 
 /// Why a request was refused: a response code and the remark that explains it.
@@ -211,7 +220,7 @@ pub(super) fn off_the_workers(
     let broker = Arc::clone(call.broker);
     let refused = request.response_to(response_code::SYSTEM_ERROR);
     let request = request.clone();
-    Ok(Reply::Wait(Box::pin(async move {
+    Ok(Reply::wait(async move {
         let _permit = broker.administering().admin_work.acquire().await;
         let owner = Arc::clone(&broker);
         let worked = tokio::task::spawn_blocking(move || {
@@ -222,7 +231,7 @@ pub(super) fn off_the_workers(
             Ok(answer) => answer,
             Err(error) => refused.with_remark(format!("the admin task failed: {error}")),
         }
-    })))
+    }))
 }
 
 /// A topic the table would not create or write, as the refusal that says why: past

@@ -112,9 +112,9 @@ pub fn pop(call: &Call, request: &Command) -> Handled {
     let owner = call.broker.clone();
     let response = request.response_to(response_code::SUCCESS);
     let called_ms = call.now_ms;
-    Ok(Reply::Wait(Box::pin(async move {
+    Ok(Reply::wait(async move {
         poll(owner, response, header, (queues, filter), called_ms).await
-    })))
+    }))
 }
 
 /// Waits for a message on any of the queues (or the retry topic) until the poll time runs out,

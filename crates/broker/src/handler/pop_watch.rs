@@ -145,7 +145,7 @@ pub fn notification(call: &Call, request: &Command) -> Handled {
         return Ok(Reply::Now(answer_with(response, has)));
     }
     let owner = call.broker.clone();
-    Ok(Reply::Wait(Box::pin(async move {
+    Ok(Reply::wait(async move {
         let broker = owner.popping();
         let _polling = broker.pop.polling(&header.topic, &header.consumer_group);
         let hold = Duration::from_millis(header.poll_time.clamp(0, POLL_MS_MAX) as u64);
@@ -169,7 +169,7 @@ pub fn notification(call: &Call, request: &Command) -> Handled {
                 _ = broker.waiters.until_closed() => return answer_with(response, false),
             }
         }
-    })))
+    }))
 }
 
 /// POLLING_INFO: how many pops (and notifications) of the group wait on the topic now.

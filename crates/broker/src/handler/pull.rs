@@ -13,6 +13,7 @@ use quiver_wire::header::{
 use quiver_wire::Command;
 
 use super::{Call, Handled, Refusal, Reply};
+use crate::connection::Answer;
 use crate::filter::{read_matching, MessageFilter};
 use crate::state::{Broker, Pulling};
 use crate::topic::{validate_group_name, PERM_READ};
@@ -24,7 +25,7 @@ pub(super) const BUDGET_FULL: &str = "[BUDGET_FULL] the broker holds quiverBroke
 const SUSPEND_MS_MAX: i64 = 25_000;
 
 enum Outcome {
-    Answer(Command),
+    Answer(Answer),
     Wait,
 }
 
@@ -34,7 +35,8 @@ pub fn pull(call: &Call, request: &Command) -> Handled {
         .map_err(|error| Refusal::new(response_code::SYSTEM_ERROR, error.to_string()))?;
     group_may_consume(call, &header.consumer_group)?;
     match pull_once(call.broker.pulling(), request, &header, true)? {
-        Outcome::Answer(response) => Ok(Reply::Now(response)),
+        Outcome::Answer(answer) if answer.files.is_empty() => Ok(Reply::Now(answer.command)),
+        Outcome::Answer(answer) => Ok(Reply::FromFiles(answer)),
         Outcome::Wait => Ok(Reply::Wait(Box::pin(park(
             call.broker.clone(),
             request.response_to(response_code::SUCCESS),
@@ -45,7 +47,7 @@ pub fn pull(call: &Call, request: &Command) -> Handled {
 
 /// Waits for an arrival on the queue past the pulled offset (or the suspend time), then reads
 /// once more; `response` carries the request's opaque and encoding.
-async fn park(owner: Arc<Broker>, response: Command, header: PullMessageRequestHeader) -> Command {
+async fn park(owner: Arc<Broker>, response: Command, header: PullMessageRequestHeader) -> Answer {
     let broker = owner.pulling();
     let offset = header.queue_offset.max(0) as u64;
     let queue_id = header.queue_id as u32;
@@ -85,12 +87,13 @@ async fn park(owner: Arc<Broker>, response: Command, header: PullMessageRequestH
     // answered SYSTEM_BUSY if none comes (a Java consumer pulls again a little later).
     let room = broker.budget.room(&header.consumer_group);
     if tokio::time::timeout(hold, room).await.is_err() {
-        return Refusal::new(response_code::SYSTEM_BUSY, BUDGET_FULL).into_response(&response);
+        let busy = Refusal::new(response_code::SYSTEM_BUSY, BUDGET_FULL);
+        return busy.into_response(&response).into();
     }
     match pull_once(broker, &response, &header, false) {
         Ok(Outcome::Answer(answer)) => answer,
         Ok(Outcome::Wait) => unreachable!("a second pass never parks"),
-        Err(refusal) => refusal.into_response(&response),
+        Err(refusal) => refusal.into_response(&response).into(),
     }
 }
 
@@ -103,7 +106,7 @@ fn pull_once(
     let shape = readable_queue(broker, header)?;
     if may_suspend {
         if let Some(moved) = reset_answer(broker, request, header) {
-            return Ok(Outcome::Answer(moved));
+            return Ok(Outcome::Answer(moved.into()));
         }
         commit_piggybacked_offset(broker, header);
     }
@@ -146,10 +149,15 @@ fn pull_once(
         max_offset: read.max_offset as i64,
     };
     let mut response = request.response_to(code).with_ext(response_header.to_ext());
+    let mut files = Vec::new();
     if code == response_code::SUCCESS {
         response = response.with_body(read.bytes);
+        files = read.files;
     }
-    Ok(Outcome::Answer(response))
+    Ok(Outcome::Answer(Answer {
+        command: response,
+        files,
+    }))
 }
 
 /// The pulled topic's shape, once the topic, its permission, the broker's and the queue id are
@@ -241,16 +249,23 @@ fn read_queue(
     }
     let accept = |code: i64| filter.accepts_code(code);
     let offset = header.queue_offset.max(0) as u64;
+    // Large records go from the page cache to the socket, unless the filter has to read
+    // their properties or `transferMsgByHeap` asks for copies.
+    let to_send = !filter.is_sql() && !broker.config.transfer_by_heap;
     read_matching(
         &filter,
         offset,
         max_messages,
         max_bytes,
         |from, count, bytes| {
-            let read = broker
-                .store
-                .read(&header.topic, queue_id, from, count, bytes, &accept)
-                .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
+            let store = broker.store;
+            let read = if to_send {
+                store.read_to_send(&header.topic, queue_id, from, count, bytes, &accept)
+            } else {
+                store.read(&header.topic, queue_id, from, count, bytes, &accept)
+            };
+            let read =
+                read.map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
             if read.status == ReadStatus::OffsetTooSmall {
                 let group = &header.consumer_group;
                 broker
@@ -309,7 +324,7 @@ fn suggested_broker_id(broker: Pulling<'_>, read: &QueueRead) -> i64 {
     if !broker.config.slave_read_enable || read.message_count == 0 {
         return MASTER_ID;
     }
-    let Some(last) = last_record_end(&read.bytes) else {
+    let Some(last) = read.end_position.or_else(|| last_record_end(&read.bytes)) else {
         return MASTER_ID;
     };
     let behind_bytes = broker.store.stats().written_position.saturating_sub(last);

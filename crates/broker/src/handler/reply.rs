@@ -34,13 +34,13 @@ pub fn reply(call: &Call, request: &Command) -> Handled {
     let push = push_request(call, request, header);
     if !call.broker.sending().config.store_reply_message_enable {
         let response = request.response_to(response_code::SUCCESS);
-        return Ok(Reply::Wait(Box::pin(async move {
+        return Ok(Reply::wait(async move {
             let pushed = match target {
                 Ok(connection) => push_and_wait(&connection, push).await,
                 Err(remark) => Err(remark),
             };
             answer_unstored(response, pushed, queue_id)
-        })));
+        }));
     }
     // The push goes out once the store has answered, so a requester that reads the reply
     // topic finds the reply there.

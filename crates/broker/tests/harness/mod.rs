@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use quiver_broker::connection::{Connection, Outgoing};
+use quiver_broker::connection::{Answer, Connection, Outgoing};
 use quiver_broker::handler::{self, Call, Reply};
 use quiver_broker::{Broker, BrokerConfig, Persisted};
 use quiver_store::Append;
@@ -167,7 +167,8 @@ pub fn pull_request(
 pub async fn finish(broker: &Broker, reply: Reply) -> Command {
     match reply {
         Reply::Now(response) => response,
-        Reply::Wait(answer) => answer.await,
+        Reply::FromFiles(answer) => whole(answer),
+        Reply::Wait(answer) => whole(answer.await),
         Reply::Append { records, answer } => {
             let (done, completed) = mpsc::channel();
             let append = Append {
@@ -182,6 +183,13 @@ pub async fn finish(broker: &Broker, reply: Reply) -> Command {
                 .expect("the store completes an append")
         }
     }
+}
+
+/// The answer with its body whole: the records it left in the store's files read in.
+pub fn whole(answer: Answer) -> Command {
+    let Answer { command, files } = answer;
+    let body = quiver_store::assemble(&command.body, &files).expect("the files are readable");
+    command.with_body(body)
 }
 
 /// The messages in a pull's answer.

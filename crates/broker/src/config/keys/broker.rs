@@ -422,6 +422,25 @@ pub(in crate::config) static BROKER: &[Key] = &[
         print: |printing| printing.config.transfer_count_max.to_string(),
     },
     Key {
+        name: "transferMsgByHeap",
+        aliases: &[],
+        group: Group::Limits,
+        default: "false",
+        follows: None,
+        doc: "With it, pull answers copy every message out of the page cache, as RocketMQ \
+              does by default. Without it, runs of messages of 16 KiB or more on average go \
+              from the CommitLog's page cache to the socket with `sendfile`, uncopied; their \
+              headers are still checked against the ConsumeQueue. Pulls with SQL92 filters \
+              always copy.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|by_heap| reading.config.transfer_by_heap = by_heap)
+        },
+        print: |printing| printing.config.transfer_by_heap.to_string(),
+    },
+    Key {
         name: "quiverConnectionBytesMax",
         aliases: &[],
         group: Group::Limits,
