@@ -22,7 +22,6 @@ set -euo pipefail
 
 COMPAT="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(dirname "$COMPAT")"
-M2="$ROOT/.cache/m2"
 CLASSPATH_FILE="$COMPAT/target/reference.classpath"
 KEPT_LOGS="$COMPAT/target/replication-logs"
 
@@ -42,106 +41,13 @@ RUN_TIMEOUT_S=330
 
 log() { echo "replication: $(date +%T) $*" >&2; }
 
-# shellcheck source=ensure-tools.sh
-source "$COMPAT/ensure-tools.sh"
-
-# The same jars as `compat/run.sh --reference` (name server, broker, mqadmin, client) from
-# Maven Central into .cache/m2; the class path goes to its own file, so a concurrent run.sh
-# keeps its own.
-resolve() {
-    mkdir -p "$COMPAT/target"
-    mvn -B -q "-Dmaven.repo.local=$M2" -f "$COMPAT/tools/pom.xml" -Preference dependency:build-classpath \
-        "-Dmdep.outputFile=$CLASSPATH_FILE" >/dev/null
-}
-
-outside() {
-    if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
-        log "SKIPPED: needs root, unshare and ip for a private network namespace (the reference" \
-            "broker's HA port binds every interface)"
-        exit 0
-    fi
-    ensure_tools
-    if [ -z "${QUIVER_BINARY:-}" ]; then
-        (cd "$ROOT" && cargo build -p quiver --locked)
-        QUIVER_BINARY="$ROOT/target/debug/quiver"
-    fi
-    [ -x "$QUIVER_BINARY" ] || { log "no quiver binary at $QUIVER_BINARY"; exit 1; }
-    export QUIVER_BINARY
-    resolve
-    # timeout signals its whole process group, so every server started inside goes too.
-    exec timeout -k 15 "$RUN_TIMEOUT_S" unshare -n -- \
-        bash -c 'ip link set lo up && exec "$0" --inside-namespace' "$0"
-}
+# shellcheck source=reference-lib.sh
+source "$COMPAT/reference-lib.sh"
 
 # ---- inside the namespace ----
 
 WORK=""
 PIDS=()
-FAILED=()
-
-stop_all() {
-    local pid deadline
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    deadline=$((SECONDS + 10))
-    for pid in "${PIDS[@]}"; do
-        while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
-            sleep 0.2
-        done
-        kill -9 "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    PIDS=()
-}
-
-keep_logs() {
-    local scenario="$1" target="$KEPT_LOGS/$1"
-    rm -rf "$target"
-    mkdir -p "$target"
-    (cd "$WORK/$scenario" &&
-        find . \( -name '*.log' -o -name '*.out' -o -name '*.conf' \) -exec cp --parents {} "$target" \;)
-    log "logs of $scenario kept in $target"
-}
-
-cleanup() {
-    stop_all
-    [ -n "$WORK" ] && rm -rf "$WORK"
-}
-
-# Waits up to $3 seconds for a line matching $2 in file $1.
-wait_for_line() {
-    local file="$1" pattern="$2" deadline=$((SECONDS + $3))
-    while [ "$SECONDS" -lt "$deadline" ]; do
-        if grep -q "$pattern" "$file" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    log "no '$pattern' in $file within $3 s:"
-    tail -n 30 "$file" >&2 || true
-    return 1
-}
-
-java_cmd() {
-    local home="$1"
-    mkdir -p "$home"
-    JAVA=(java -Duser.home="$home" -Drocketmq.home.dir="$home" -XX:+UseG1GC -cp "$(cat "$CLASSPATH_FILE")")
-}
-
-# Warnings and errors on the console: for the name server (the jars carry no logging
-# configuration for it) and the check's client, whose default file logging says nothing useful.
-quiet_logging() {
-    cat >"$WORK/logback.xml" <<'EOF'
-<configuration>
-  <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">
-    <encoder><pattern>%d %-5level %logger{20} - %msg%n</pattern></encoder>
-  </appender>
-  <root level="WARN"><appender-ref ref="OUT"/></root>
-</configuration>
-EOF
-    QUIET=(-Dlogback.configurationFile="$WORK/logback.xml" -Drmq.logback.configurationFile="$WORK/logback.xml")
-}
 
 # Reference name server on 127.0.0.1:9876, in $1.
 reference_namesrv() {
@@ -152,16 +58,6 @@ reference_namesrv() {
     "${JAVA[@]}" -Xms256m -Xmx256m "${QUIET[@]}" org.apache.rocketmq.namesrv.NamesrvStartup -c "$dir/namesrv.conf" >"$dir/namesrv.log" 2>&1 &
     PIDS+=("$!")
     wait_for_line "$dir/namesrv.log" 'boot success' 60
-}
-
-# Reference broker from config $2 (its own logs under $1/home/logs/rocketmqlogs).
-reference_broker() {
-    local dir="$1" conf="$2"
-    java_cmd "$dir/home"
-    "${JAVA[@]}" -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g org.apache.rocketmq.broker.BrokerStartup \
-        -c "$conf" >"$dir/broker.out" 2>&1 &
-    PIDS+=("$!")
-    wait_for_line "$dir/broker.out" 'boot success' 90
 }
 
 replication_tool() {
@@ -301,44 +197,12 @@ EOF
 }
 
 inside() {
-    trap cleanup EXIT
-    trap 'exit 143' TERM INT
     WORK="$(mktemp -d -t quiver-replication.XXXXXX)"
-    rm -rf "$KEPT_LOGS"
-    quiet_logging
-    local started=$SECONDS began status scenario folder
-    # Each scenario runs in a subshell that stops its own servers, with -e in force (it would
-    # be ignored in an `if`); its folder name is where its logs are.
-    for scenario in quiver_follows_reference:quiver-slave reference_follows_quiver:reference-slave; do
-        folder="${scenario#*:}"
-        scenario="${scenario%%:*}"
-        began=$SECONDS
-        set +e
-        (
-            trap stop_all EXIT
-            trap 'exit 143' TERM INT
-            set -e
-            "$scenario"
-        )
-        status=$?
-        set -e
-        if [ "$status" = 0 ]; then
-            log "$scenario: passed in $((SECONDS - began)) s"
-        else
-            log "$scenario: FAILED after $((SECONDS - began)) s"
-            FAILED+=("$scenario")
-            keep_logs "$folder"
-        fi
-    done
-    if [ "${#FAILED[@]}" != 0 ]; then
-        log "FAILED: ${FAILED[*]} ($((SECONDS - started)) s)"
-        exit 1
-    fi
-    log "both directions passed ($((SECONDS - started)) s)"
+    run_scenarios "both directions" quiver_follows_reference:quiver-slave reference_follows_quiver:reference-slave
 }
 
 if [ "${1:-}" = --inside-namespace ]; then
     inside
 else
-    outside
+    run_in_namespace
 fi

@@ -39,3 +39,6 @@ cargo test --workspace --locked
 # Master/slave replication both ways with Apache RocketMQ 5.5.0 (as root, in a private network
 # namespace; skipped otherwise).
 ./compat/replication.sh
+# Apache RocketMQ 5.5.0 brokers in controller mode failing over under Quiver's controller (as
+# root, in a private network namespace; skipped otherwise).
+./compat/controller.sh

@@ -1,4 +1,5 @@
-//! The `quiver` binary: `up` (name server and broker in one process), `namesrv`, `broker`, and
+//! The `quiver` binary: `up` (name server and broker in one process), `namesrv` (with a
+//! controller when its configuration asks for one), `controller`, `broker`, and
 //! `bench produce` / `bench consume` (load generators that report RocketMQ's benchmark figures).
 
 mod log;
@@ -55,14 +56,24 @@ enum Command {
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4))]
         slaves: u16,
     },
-    /// Run a name server.
+    /// Run a name server; with `enableControllerInNamesrv=true` in its configuration, a
+    /// controller too, on its own address from `controllerDLegerPeers`.
     Namesrv {
+        /// A RocketMQ namesrv.conf: `listenPort` (the port of --listen), and the controller's
+        /// keys (`enableControllerInNamesrv`, `controllerDLegerPeers`, `controllerStorePath`, ...).
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9876")]
         listen: SocketAddr,
         /// Drop brokers that have not registered for this long.
         #[arg(long, default_value_t = quiver_namesrv::route_table::BROKER_EXPIRY_MS_DEFAULT)]
         broker_expiry_ms: i64,
+    },
+    /// Run a controller on its own (RocketMQ's `mqcontroller`), from a controller.conf.
+    Controller {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
     },
     /// Run a broker from a RocketMQ broker.conf.
     Broker {
@@ -142,9 +153,11 @@ fn run(cli: Cli) -> ExitCode {
                 up(config.as_deref(), &data, namesrv_port, layout, stop_signal).await
             }
             Command::Namesrv {
+                config,
                 listen,
                 broker_expiry_ms,
-            } => namesrv(listen, broker_expiry_ms, stop_signal).await,
+            } => namesrv(config.as_deref(), listen, broker_expiry_ms, stop_signal).await,
+            Command::Controller { config } => controller(&config, stop_signal).await,
             Command::Broker { config, namesrv } => broker(&config, namesrv, stop_signal).await,
             Command::Bench { .. } => unreachable!("bench ran before the runtime was built"),
         }
@@ -413,10 +426,35 @@ async fn serve_until_stopped(
 }
 
 async fn namesrv(
-    listen: SocketAddr,
+    config_path: Option<&Path>,
+    mut listen: SocketAddr,
     broker_expiry_ms: i64,
     mut stop_signal: StopSignal,
 ) -> anyhow::Result<()> {
+    let text = match config_path {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+        None => String::new(),
+    };
+    let mut with_controller = false;
+    for entry in quiver_wire::properties::entries(&text) {
+        let (line, key, value) = entry
+            .map_err(|(line, text)| anyhow::anyhow!("line {line}: {text}: not a key=value line"))?;
+        match key {
+            "listenPort" => listen.set_port(
+                value
+                    .parse()
+                    .with_context(|| format!("line {line}: listenPort={value}: not a port"))?,
+            ),
+            "enableControllerInNamesrv" => with_controller = value == "true",
+            _ => {}
+        }
+    }
+    let controller = if with_controller {
+        Some(start_controller(&text, "namesrv.conf").await?)
+    } else {
+        None
+    };
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -428,11 +466,72 @@ async fn namesrv(
     };
     let task = tokio::spawn(quiver_namesrv::run(listener, config, stopped));
     tracing::info!(addr = %local, "name server listening");
-    println!("ready namesrv={local}");
+    match &controller {
+        Some((_, _, address)) => println!("ready namesrv={local} controller={address}"),
+        None => println!("ready namesrv={local}"),
+    }
+    stop_signal.wait().await;
+    let _ = stop.send(true);
+    let _ = task.await;
+    if let Some((stop, task, _)) = controller {
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+async fn controller(config_path: &Path, mut stop_signal: StopSignal) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(config_path)
+        .with_context(|| format!("cannot read {}", config_path.display()))?;
+    let (stop, task, address) = start_controller(&text, "controller.conf").await?;
+    println!("ready controller={address}");
     stop_signal.wait().await;
     let _ = stop.send(true);
     let _ = task.await;
     Ok(())
+}
+
+/// A controller node from the controller keys of `text` (the rest are the name server's, or
+/// RocketMQ's that Quiver does without, and are logged), listening on its own peer address.
+async fn start_controller(
+    text: &str,
+    file: &str,
+) -> anyhow::Result<(watch::Sender<bool>, tokio::task::JoinHandle<()>, SocketAddr)> {
+    let mut config = quiver_controller::ControllerConfig::default();
+    let others = config
+        .apply_properties(text)
+        .with_context(|| format!("{file}: a controller key is wrong"))?;
+    const NAMESRV_KEYS: [&str; 3] = ["listenPort", "enableControllerInNamesrv", "rocketmqHome"];
+    for key in others
+        .iter()
+        .filter(|key| !NAMESRV_KEYS.contains(&key.as_str()))
+    {
+        tracing::warn!(key, "{file}: key not used");
+    }
+    if config.peers.len() > 1 {
+        anyhow::bail!(
+            "{file}: controllerDLegerPeers names {} controllers; this controller runs as a \
+             single node for now, so list only its own peer",
+            config.peers.len()
+        );
+    }
+    let wanted = config
+        .listen_addr()
+        .map_err(|why| anyhow::anyhow!("{file}: {why}"))?;
+    let listener = TcpListener::bind(wanted)
+        .await
+        .with_context(|| format!("cannot listen on {wanted} for the controller"))?;
+    let address = listener.local_addr()?;
+    let controller = quiver_controller::Controller::open(config, address)
+        .map_err(|why| anyhow::anyhow!("controller: {why}"))?;
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(quiver_controller::run(
+        listener,
+        std::sync::Arc::new(controller),
+        stopped,
+    ));
+    tracing::info!(addr = %address, "controller listening");
+    Ok((stop, task, address))
 }
 
 async fn broker(

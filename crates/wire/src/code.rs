@@ -70,6 +70,22 @@ pub mod request_code {
     pub const SET_MESSAGE_REQUEST_MODE: i32 = 401;
     pub const GET_ALL_MESSAGE_REQUEST_MODE: i32 = 402;
     pub const BROKER_HEARTBEAT: i32 = 904;
+    // Controller mode (RocketMQ 5's automatic failover): brokers and admin tools to the
+    // controller, but GET_BROKER_EPOCH_CACHE (admin to broker) and NOTIFY_BROKER_ROLE_CHANGED
+    // (controller to broker).
+    pub const CONTROLLER_ALTER_SYNC_STATE_SET: i32 = 1001;
+    pub const CONTROLLER_ELECT_MASTER: i32 = 1002;
+    pub const CONTROLLER_REGISTER_BROKER: i32 = 1003;
+    pub const CONTROLLER_GET_REPLICA_INFO: i32 = 1004;
+    pub const CONTROLLER_GET_METADATA_INFO: i32 = 1005;
+    pub const CONTROLLER_GET_SYNC_STATE_DATA: i32 = 1006;
+    pub const GET_BROKER_EPOCH_CACHE: i32 = 1007;
+    pub const NOTIFY_BROKER_ROLE_CHANGED: i32 = 1008;
+    pub const UPDATE_CONTROLLER_CONFIG: i32 = 1009;
+    pub const GET_CONTROLLER_CONFIG: i32 = 1010;
+    pub const CLEAN_BROKER_DATA: i32 = 1011;
+    pub const CONTROLLER_GET_NEXT_BROKER_ID: i32 = 1012;
+    pub const CONTROLLER_APPLY_BROKER_ID: i32 = 1013;
     pub const POP_MESSAGE: i32 = 200050;
     pub const ACK_MESSAGE: i32 = 200051;
     pub const PEEK_MESSAGE: i32 = 200052;
@@ -172,6 +188,28 @@ pub mod request_code {
         (SET_MESSAGE_REQUEST_MODE, "SET_MESSAGE_REQUEST_MODE"),
         (GET_ALL_MESSAGE_REQUEST_MODE, "GET_ALL_MESSAGE_REQUEST_MODE"),
         (BROKER_HEARTBEAT, "BROKER_HEARTBEAT"),
+        (
+            CONTROLLER_ALTER_SYNC_STATE_SET,
+            "CONTROLLER_ALTER_SYNC_STATE_SET",
+        ),
+        (CONTROLLER_ELECT_MASTER, "CONTROLLER_ELECT_MASTER"),
+        (CONTROLLER_REGISTER_BROKER, "CONTROLLER_REGISTER_BROKER"),
+        (CONTROLLER_GET_REPLICA_INFO, "CONTROLLER_GET_REPLICA_INFO"),
+        (CONTROLLER_GET_METADATA_INFO, "CONTROLLER_GET_METADATA_INFO"),
+        (
+            CONTROLLER_GET_SYNC_STATE_DATA,
+            "CONTROLLER_GET_SYNC_STATE_DATA",
+        ),
+        (GET_BROKER_EPOCH_CACHE, "GET_BROKER_EPOCH_CACHE"),
+        (NOTIFY_BROKER_ROLE_CHANGED, "NOTIFY_BROKER_ROLE_CHANGED"),
+        (UPDATE_CONTROLLER_CONFIG, "UPDATE_CONTROLLER_CONFIG"),
+        (GET_CONTROLLER_CONFIG, "GET_CONTROLLER_CONFIG"),
+        (CLEAN_BROKER_DATA, "CLEAN_BROKER_DATA"),
+        (
+            CONTROLLER_GET_NEXT_BROKER_ID,
+            "CONTROLLER_GET_NEXT_BROKER_ID",
+        ),
+        (CONTROLLER_APPLY_BROKER_ID, "CONTROLLER_APPLY_BROKER_ID"),
         (POP_MESSAGE, "POP_MESSAGE"),
         (ACK_MESSAGE, "ACK_MESSAGE"),
         (PEEK_MESSAGE, "PEEK_MESSAGE"),
@@ -225,6 +263,22 @@ pub mod response_code {
     /// A producer's own END_TRANSACTION after its half's check immunity time.
     pub const ILLEGAL_OPERATION: i32 = 604;
     pub const GO_AWAY: i32 = 1500;
+    // The controller's (RocketMQ 5's controller mode).
+    pub const CONTROLLER_FENCED_MASTER_EPOCH: i32 = 2000;
+    pub const CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH: i32 = 2001;
+    pub const CONTROLLER_INVALID_MASTER: i32 = 2002;
+    pub const CONTROLLER_INVALID_REPLICAS: i32 = 2003;
+    pub const CONTROLLER_MASTER_NOT_AVAILABLE: i32 = 2004;
+    pub const CONTROLLER_INVALID_REQUEST: i32 = 2005;
+    pub const CONTROLLER_BROKER_NOT_ALIVE: i32 = 2006;
+    pub const CONTROLLER_NOT_LEADER: i32 = 2007;
+    pub const CONTROLLER_BROKER_METADATA_NOT_EXIST: i32 = 2008;
+    pub const CONTROLLER_INVALID_CLEAN_BROKER_METADATA: i32 = 2009;
+    pub const CONTROLLER_BROKER_NEED_TO_BE_REGISTERED: i32 = 2010;
+    pub const CONTROLLER_MASTER_STILL_EXIST: i32 = 2011;
+    pub const CONTROLLER_ELECT_MASTER_FAILED: i32 = 2012;
+    pub const CONTROLLER_ALTER_SYNC_STATE_SET_FAILED: i32 = 2013;
+    pub const CONTROLLER_BROKER_ID_INVALID: i32 = 2014;
 }
 
 /// Java writes `(short) code` in binary headers, so the pop family arrives as its low 16 bits

@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod header;
 mod json_header;
 pub mod message;
+pub mod properties;
 pub mod receipt;
 pub mod register_body;
 pub mod stats;

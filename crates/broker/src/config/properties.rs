@@ -31,7 +31,7 @@ impl BrokerConfig {
             if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
                 continue;
             }
-            let Some((key, value)) = split_property(trimmed) else {
+            let Some((key, value)) = quiver_wire::properties::split_line(trimmed) else {
                 return Err(ConfigError {
                     line,
                     key: trimmed.to_string(),
@@ -68,7 +68,7 @@ impl BrokerConfig {
             if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
                 continue;
             }
-            let key = split_property(trimmed).map_or(trimmed, |(key, _)| key);
+            let key = quiver_wire::properties::split_line(trimmed).map_or(trimmed, |(key, _)| key);
             match keys::find(key).and_then(|known| known.live) {
                 Some(found) => live.push(found),
                 None => return Err((key.to_string(), keys::live_names().collect())),
@@ -81,17 +81,6 @@ impl BrokerConfig {
 /// Splits a properties line as java.util.Properties does: the key ends at the first `=`, `:`
 /// or blank; then blanks and one `=` or `:` are skipped (`key=value`, `key: value` and
 /// `key value` all mean the same). None for a line that is only a key.
-fn split_property(line: &str) -> Option<(&str, &str)> {
-    let end = line.find(['=', ':', ' ', '\t', '\u{c}'])?;
-    let (key, rest) = line.split_at(end);
-    let rest = rest.trim_start_matches([' ', '\t', '\u{c}']);
-    let rest = rest
-        .strip_prefix(['=', ':'])
-        .unwrap_or(rest)
-        .trim_start_matches([' ', '\t', '\u{c}']);
-    Some((key, rest.trim_end()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,9 +118,15 @@ mod tests {
         assert_eq!(config.namesrv_addrs, vec!["10.0.0.1:9876".to_string()]);
         assert_eq!(config.broker_name, "broker-c");
         assert_eq!(config.listen_port, 10931);
-        assert_eq!(split_property("key"), None);
-        assert_eq!(split_property("key=a=b"), Some(("key", "a=b")));
-        assert_eq!(split_property("key ="), Some(("key", "")));
+        assert_eq!(quiver_wire::properties::split_line("key"), None);
+        assert_eq!(
+            quiver_wire::properties::split_line("key=a=b"),
+            Some(("key", "a=b"))
+        );
+        assert_eq!(
+            quiver_wire::properties::split_line("key ="),
+            Some(("key", ""))
+        );
     }
 
     #[test]

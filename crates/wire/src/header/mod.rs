@@ -7,6 +7,7 @@
 
 mod admin;
 mod consumer;
+mod controller;
 mod namesrv;
 mod offset;
 mod pop;
@@ -16,6 +17,7 @@ mod transaction;
 
 pub use admin::*;
 pub use consumer::*;
+pub use controller::*;
 pub use namesrv::*;
 pub use offset::*;
 pub use pop::*;

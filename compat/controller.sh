@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Controller mode against Apache RocketMQ 5.5.0: two RocketMQ brokers of one broker set
+# (`brokerId=-1`, `enableControllerMode=true`, `allAckInSyncStateSet=true`) under Quiver's
+# controller, run in Quiver's name server (`quiver namesrv -c` with `enableControllerInNamesrv`).
+# The controller gives them ids, elects one master, takes the other into the SyncStateSet
+# (checked with the unchanged `mqadmin getSyncStateSet` and `getControllerMetaData`); then
+# RocketMQ's producer sends (compat/controller/Failover.java), the master is killed with
+# SIGKILL, and the controller must elect the other with a higher epoch, the producer carry on
+# on it, and a new consumer group read every message that was acknowledged, before and after.
+# Prints the time from the kill to the first acknowledgement by the new master.
+#
+#   compat/controller.sh                      build quiver (debug) and run
+#   QUIVER_BINARY=path compat/controller.sh   use that binary, build nothing
+#   CONTROLLER=rocketmq compat/controller.sh  the same under Apache RocketMQ's own name server
+#                                             and controller, for comparison (bench/failover.sh)
+#
+# The reference brokers bind their HA ports on every interface, so everything runs inside a
+# private network namespace that has only `lo` (root and `unshare`); without them this prints
+# why and skips. Logs of a failed run are kept in compat/target/controller-logs/.
+set -euo pipefail
+
+COMPAT="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(dirname "$COMPAT")"
+CLASSPATH_FILE="$COMPAT/target/reference.classpath"
+KEPT_LOGS="$COMPAT/target/controller-logs"
+TOPIC=FailoverTest
+QUEUES=4
+# Acknowledged messages wanted before the kill and after it.
+ACKED_BEFORE=300
+ACKED_AFTER=300
+# The whole run inside the namespace; it takes about a minute and a half on 2 cores.
+RUN_TIMEOUT_S=300
+BROKER_HEAP=512m
+CONTROLLER="${CONTROLLER:-quiver}"
+
+log() { echo "controller: $(date +%T) $*" >&2; }
+
+# shellcheck source=reference-lib.sh
+source "$COMPAT/reference-lib.sh"
+
+WORK=""
+PIDS=()
+
+admin() {
+    java_cmd "$WORK/admin-home"
+    timeout -k 5 60 "${JAVA[@]}" -Xmx128m "${QUIET[@]}" org.apache.rocketmq.tools.command.MQAdminStartup "$@"
+}
+
+failover_tool() {
+    java_cmd "$WORK/tool-home"
+    timeout -k 5 150 "${JAVA[@]}" -Xmx256m "${QUIET[@]}" "$COMPAT/controller/Failover.java" "$@"
+}
+
+# Waits up to $2 seconds until getSyncStateSet says broker-a's master is at $1 with $3 replicas
+# in sync; leaves the last answer in $dir/sync-state-set.out.
+wait_for_sync_state_set() {
+    local master="$1" deadline=$((SECONDS + $2)) members="$3"
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        if admin getSyncStateSet -a 127.0.0.1:9878 -b broker-a >"$dir/sync-state-set.out" 2>&1 &&
+            grep -q "#MasterAddr[[:space:]]*$master" "$dir/sync-state-set.out" &&
+            grep -q "#SyncStateSetNums[[:space:]]*$members" "$dir/sync-state-set.out"; then
+            return 0
+        fi
+        sleep 1
+    done
+    log "broker-a's master is not $master with $members in sync after $2 s:"
+    cat "$dir/sync-state-set.out" >&2
+    return 1
+}
+
+field() { sed -n "s/^#$1[[:space:]]*//p" "$2" | head -n 1; }
+
+rocketmq_brokers_fail_over_under_a_controller() {
+    dir="$WORK/reference-brokers"
+    mkdir -p "$dir"
+    log "Apache RocketMQ 5.5.0 brokers under the $CONTROLLER controller"
+    cat >"$dir/namesrv.conf" <<EOF
+listenPort=9876
+enableControllerInNamesrv=true
+controllerDLegerGroup=group1
+controllerDLegerPeers=n0-127.0.0.1:9878
+controllerDLegerSelfId=n0
+controllerStorePath=$dir/controller
+EOF
+    case $CONTROLLER in
+        quiver)
+            "$QUIVER_BINARY" namesrv -c "$dir/namesrv.conf" >"$dir/namesrv.out" 2>"$dir/namesrv.log" &
+            PIDS+=("$!")
+            wait_for_line "$dir/namesrv.out" '^ready ' 30
+            ;;
+        rocketmq)
+            echo "bindAddress=127.0.0.1" >>"$dir/namesrv.conf"
+            java_cmd "$dir/namesrv-home"
+            "${JAVA[@]}" -Xms256m -Xmx256m "${QUIET[@]}" org.apache.rocketmq.namesrv.NamesrvStartup \
+                -c "$dir/namesrv.conf" >"$dir/namesrv.log" 2>&1 &
+            PIDS+=("$!")
+            wait_for_line "$dir/namesrv.log" 'boot success' 60
+            ;;
+        *) log "CONTROLLER is quiver or rocketmq, not $CONTROLLER"; return 1 ;;
+    esac
+    local n pids=()
+    for n in 1 2; do
+        cat >"$dir/broker-$n.conf" <<EOF
+brokerClusterName=DefaultCluster
+brokerName=broker-a
+brokerId=-1
+brokerRole=SLAVE
+enableControllerMode=true
+controllerAddr=127.0.0.1:9878
+allAckInSyncStateSet=true
+namesrvAddr=127.0.0.1:9876
+brokerIP1=127.0.0.1
+listenPort=3${n}911
+haListenPort=3${n}912
+flushDiskType=ASYNC_FLUSH
+storePathRootDir=$dir/store-$n
+EOF
+        reference_broker "$dir/broker-$n" "$dir/broker-$n.conf"
+        pids+=("$BROKER_PID")
+    done
+    # The first to register is elected; the other follows it and joins the SyncStateSet.
+    local deadline=$((SECONDS + 90)) master=""
+    while [ "$SECONDS" -lt "$deadline" ] && [ -z "$master" ]; do
+        admin getSyncStateSet -a 127.0.0.1:9878 -b broker-a >"$dir/sync-state-set.out" 2>&1 || true
+        if grep -q "#SyncStateSetNums[[:space:]]*2" "$dir/sync-state-set.out"; then
+            master="$(field MasterAddr "$dir/sync-state-set.out")"
+        else
+            sleep 1
+        fi
+    done
+    [ -n "$master" ] || { log "no SyncStateSet of two within 90 s:"; cat "$dir/sync-state-set.out" >&2; return 1; }
+    local epoch
+    epoch="$(field MasterEpoch "$dir/sync-state-set.out")"
+    log "master $master at epoch $epoch, both replicas in sync"
+    admin getControllerMetaData -a 127.0.0.1:9878 >"$dir/metadata.out" 2>&1
+    grep -q "#ControllerLeaderAddress[[:space:]]*127.0.0.1:9878" "$dir/metadata.out" ||
+        { cat "$dir/metadata.out" >&2; return 1; }
+    local other master_pid
+    if [ "$master" = 127.0.0.1:31911 ]; then
+        other=127.0.0.1:32911
+        master_pid="${pids[0]}"
+    else
+        other=127.0.0.1:31911
+        master_pid="${pids[1]}"
+    fi
+    failover_tool create-topic 127.0.0.1:9876 "$master" "$TOPIC" "$QUEUES" >"$dir/topic.out" 2>&1 ||
+        { cat "$dir/topic.out" >&2; return 1; }
+    failover_tool create-topic 127.0.0.1:9876 "$other" "$TOPIC" "$QUEUES" >>"$dir/topic.out" 2>&1 ||
+        { cat "$dir/topic.out" >&2; return 1; }
+
+    local acked="$dir/acked.txt" stop="$dir/stop"
+    : >"$acked"
+    failover_tool send 127.0.0.1:9876 "$TOPIC" "$acked" "$stop" 120 >"$dir/send.out" 2>&1 &
+    local sender=$!
+    deadline=$((SECONDS + 60))
+    until [ "$(wc -l <"$acked")" -ge "$ACKED_BEFORE" ]; do
+        [ "$SECONDS" -lt "$deadline" ] || { log "not $ACKED_BEFORE acknowledged in 60 s"; cat "$dir/send.out" >&2; return 1; }
+        sleep 0.1
+    done
+    local killed_ms before
+    before="$(wc -l <"$acked")"
+    killed_ms="$(date +%s%3N)"
+    kill -9 "$master_pid"
+    log "killed the master $master after $before acknowledgements"
+    wait_for_sync_state_set "$other" 60 1
+    local new_epoch
+    new_epoch="$(field MasterEpoch "$dir/sync-state-set.out")"
+    [ "$new_epoch" -gt "$epoch" ] || { log "the new master's epoch $new_epoch is not above $epoch"; return 1; }
+    log "$other elected at epoch $new_epoch"
+    deadline=$((SECONDS + 90))
+    until [ "$(wc -l <"$acked")" -ge $((before + ACKED_AFTER)) ]; do
+        [ "$SECONDS" -lt "$deadline" ] ||
+            { log "not $ACKED_AFTER more acknowledged within 90 s of the failover"; cat "$dir/send.out" >&2; return 1; }
+        sleep 0.1
+    done
+    touch "$stop"
+    wait "$sender" || { cat "$dir/send.out" >&2; return 1; }
+    cat "$dir/send.out"
+    local first_after
+    first_after="$(awk -v k="$killed_ms" '$2 > k { print $2; exit }' "$acked")"
+    log "first acknowledgement $((first_after - killed_ms)) ms after the kill" \
+        "($(awk -v k="$killed_ms" '$2 > k' "$acked" | wc -l) acknowledged since)"
+    failover_tool check 127.0.0.1:9876 "$TOPIC" "$acked" 60 | tee "$dir/check.out"
+}
+
+inside() {
+    WORK="$(mktemp -d -t quiver-controller.XXXXXX)"
+    run_scenarios "controller mode" rocketmq_brokers_fail_over_under_a_controller:reference-brokers
+}
+
+if [ "${1:-}" = --inside-namespace ]; then
+    inside
+else
+    run_in_namespace
+fi

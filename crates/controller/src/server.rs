@@ -1,0 +1,242 @@
+//! The controller's TCP shell: RocketMQ's requests on the node's own address, one task per
+//! connection, answered in order; a scan for brokers whose heartbeats stopped; elections for
+//! sets whose master is gone; and the role changes sent to brokers after an election.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use quiver_wire::code::response_code;
+use quiver_wire::{decode_frame, encode_frame, Command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use crate::handle::{self, Call};
+use crate::node::Controller;
+use crate::replicas::ElectionBy;
+
+/// A connection with no frame for this long is closed; brokers heartbeat every second.
+const IDLE_TIMEOUT_MS: u64 = 120_000;
+/// How long sending a role change to a broker may take.
+const NOTIFY_TIMEOUT_MS: u64 = 3_000;
+/// Between elections retried for a set whose master is gone.
+const ELECTION_RETRY_MS: u64 = 1_000;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Serves `controller` on `listener` until `shutdown` turns true.
+pub async fn run(
+    listener: TcpListener,
+    controller: Arc<Controller>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let connections_max = controller.config().connections_max;
+    let permits = Arc::new(Semaphore::new(connections_max));
+    let next_connection = Arc::new(AtomicU64::new(1));
+    let scan_ms = controller.config().scan_interval_ms;
+    let mut scan = tokio::time::interval(Duration::from_millis(scan_ms));
+    scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = scan.tick() => {
+                let gone = controller.liveness().expire(now_ms());
+                for (name, id) in &gone {
+                    tracing::warn!(broker_set = %name, broker_id = id, "broker inactive: no heartbeat within its timeout");
+                }
+                elect_where_masters_are_gone(&controller).await;
+            }
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "connection refused: {connections_max} connections open");
+                    continue;
+                };
+                let id = next_connection.fetch_add(1, Ordering::Relaxed);
+                let controller = controller.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = serve_connection(stream, &controller, id).await {
+                        tracing::debug!(%peer, %error, "connection ended");
+                    }
+                    let gone = controller.liveness().connection_closed(id);
+                    for (name, broker_id) in &gone {
+                        tracing::warn!(broker_set = %name, broker_id, "broker inactive: its connection closed");
+                    }
+                    if !gone.is_empty() {
+                        elect_where_masters_are_gone(&controller).await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    controller: &Arc<Controller>,
+    connection: u64,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let (mut reader, mut writer) = stream.into_split();
+    let mut input = BytesMut::with_capacity(4 * 1024);
+    let mut output = BytesMut::new();
+    let idle = Duration::from_millis(IDLE_TIMEOUT_MS);
+    loop {
+        loop {
+            let request = match decode_frame(&mut input) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "closing connection: malformed frame");
+                    return Ok(());
+                }
+            };
+            if request.is_response() {
+                continue;
+            }
+            let owner = controller.clone();
+            let asked = request.clone();
+            // Changes are fsynced: decided and committed off the runtime's workers.
+            let handled = tokio::task::spawn_blocking(move || {
+                let call = Call {
+                    controller: &owner,
+                    connection,
+                    now_ms: now_ms(),
+                };
+                handle::handle(&call, &asked)
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            send_role_changes(handled.notify);
+            if !request.is_oneway() {
+                encode_response(&request, &handled.response, &mut output);
+                match tokio::time::timeout(idle, writer.write_all(&output)).await {
+                    Ok(written) => written?,
+                    Err(_) => return Ok(()),
+                }
+                output.clear();
+            }
+        }
+        match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
+            Ok(Ok(0)) | Err(_) => return Ok(()),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return Err(error),
+        }
+    }
+}
+
+fn encode_response(request: &Command, response: &Command, output: &mut BytesMut) {
+    if let Err(error) = encode_frame(response, output) {
+        let fallback = request
+            .response_to(response_code::SYSTEM_ERROR)
+            .with_remark(error.to_string());
+        encode_frame(&fallback, output).expect("a bodyless error response always fits in a frame");
+    }
+}
+
+/// Elects a master for every set whose master is not alive while a replica is, as RocketMQ's
+/// leader does when a broker goes inactive and on its periodic scan, up to
+/// `electMasterMaxRetryCount` times a set.
+async fn elect_where_masters_are_gone(controller: &Arc<Controller>) {
+    let owner = controller.clone();
+    let orphaned = tokio::task::spawn_blocking(move || {
+        let now = now_ms();
+        let state = owner.state();
+        let liveness = owner.liveness();
+        state
+            .sets()
+            .filter(|set| {
+                let master_alive = set
+                    .master
+                    .is_some_and(|master| liveness.is_alive(&set.name, master, now));
+                let master_known = set.master.is_some() || set.master_epoch > 0;
+                master_known && !master_alive && !liveness.alive_in(&set.name, now).is_empty()
+            })
+            .map(|set| set.name.clone())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let retries = controller.config().elect_master_retries;
+    for name in orphaned {
+        for attempt in 1..=retries {
+            let owner = controller.clone();
+            let set = name.clone();
+            let elected = tokio::task::spawn_blocking(move || {
+                handle::elect(&owner, &set, ElectionBy::Controller, now_ms())
+            })
+            .await;
+            let Ok(handle::Election {
+                code,
+                remark,
+                info,
+                notify,
+                ..
+            }) = elected
+            else {
+                break;
+            };
+            send_role_changes(notify);
+            match code {
+                response_code::SUCCESS | response_code::CONTROLLER_MASTER_STILL_EXIST => break,
+                _ => {
+                    tracing::warn!(
+                        broker_set = %name, attempt, code, remark = remark.as_deref().unwrap_or(""),
+                        master_epoch = info.master_epoch, "no master elected"
+                    );
+                    // The same answer again is likely until a heartbeat changes something.
+                    if code == response_code::CONTROLLER_MASTER_NOT_AVAILABLE {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(ELECTION_RETRY_MS)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sends each role change to its broker on a connection of its own, oneway, without waiting:
+/// a broker that misses it learns the change from its periodic GET_REPLICA_INFO.
+fn send_role_changes(notify: Vec<(String, Command)>) {
+    for (address, request) in notify {
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(
+                Duration::from_millis(NOTIFY_TIMEOUT_MS),
+                send_oneway(&address, &request),
+            )
+            .await;
+            match sent {
+                Ok(Ok(())) => tracing::debug!(broker = %address, "role change sent"),
+                Ok(Err(error)) => tracing::warn!(broker = %address, %error, "role change not sent"),
+                Err(_) => tracing::warn!(broker = %address, "role change not sent in time"),
+            }
+        });
+    }
+}
+
+async fn send_oneway(address: &str, request: &Command) -> std::io::Result<()> {
+    let address: SocketAddr = address
+        .parse()
+        .map_err(|_| std::io::Error::other(format!("{address} is not an ip:port")))?;
+    let mut stream = TcpStream::connect(address).await?;
+    let mut frame = BytesMut::new();
+    encode_frame(request, &mut frame).map_err(std::io::Error::other)?;
+    stream.write_all(&frame).await?;
+    stream.shutdown().await
+}
