@@ -21,6 +21,7 @@
 mod appender;
 mod durability;
 pub mod durable_file;
+pub mod epoch;
 mod faults;
 mod index;
 mod log;
@@ -53,6 +54,7 @@ use appender::Appender;
 /// The checkpoint file's reader, for tools and tests that look at a store from outside.
 pub use durability::checkpoint::{read as read_checkpoint, Checkpoint};
 use durability::{flusher, Durability, GroupCommit};
+pub use epoch::{consistent_point, EpochEntries, EpochEntry, EpochFile, EpochFileError};
 use faults::IoFaults;
 pub use faults::{Fault, FaultReport, FileKind, KindFaults, Unwritable};
 use index::Index;
