@@ -142,6 +142,11 @@ pub const TARGETS: &[Target] = &[
         tokens: &[],
     },
     Target {
+        name: "ha_autoswitch_stream",
+        run: quiver_broker::fuzzing::ha_autoswitch_stream,
+        tokens: &[],
+    },
+    Target {
         name: "ha_master_session",
         run: quiver_broker::fuzzing::ha_master_session,
         tokens: &[],

@@ -39,6 +39,7 @@ bounded!(
     sql92,
     batch_ack,
     ha_slave_stream,
+    ha_autoswitch_stream,
     ha_master_session,
     ha_slave_session,
     namesrv_requests,

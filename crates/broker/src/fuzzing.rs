@@ -14,9 +14,58 @@ use quiver_wire::body::{self, BatchAckMessageRequestBody};
 use quiver_wire::message::find_property;
 
 use crate::filter::Selector;
+use crate::ha::autoswitch_codec::{
+    encode_handshake_answer, encode_slave_handshake, encode_slave_report, encode_transfer_header,
+    MasterMessage, MasterMessageReader, SlaveMessage, SlaveMessageReader,
+};
 use crate::ha::codec::{SlaveStream, Units, TRANSFER_HEADER_BYTES};
 use crate::ha::master_session::{LogRead, MasterSession};
 use crate::ha::slave_session::SlaveSession;
+
+/// Bytes on an AutoSwitch HA connection, read by both sides' readers: whole and in pieces of
+/// 7 bytes each must give the same messages and the same error, and every message read
+/// encodes back to the bytes it came from.
+pub fn ha_autoswitch_stream(data: &[u8]) {
+    let mut whole = (SlaveMessageReader::default(), Vec::new());
+    let whole_result = whole.0.feed(data, &mut whole.1);
+    let mut pieces = (SlaveMessageReader::default(), Vec::new());
+    let pieces_result = data
+        .chunks(7)
+        .try_for_each(|piece| pieces.0.feed(piece, &mut pieces.1));
+    assert_eq!(whole_result, pieces_result);
+    assert_eq!(whole.1, pieces.1);
+    let encoded: Vec<u8> = whole
+        .1
+        .iter()
+        .flat_map(|message| match message {
+            SlaveMessage::Handshake(handshake) => encode_slave_handshake(handshake).to_vec(),
+            SlaveMessage::Report { offset } => encode_slave_report(*offset).to_vec(),
+        })
+        .collect();
+    assert_eq!(&data[..encoded.len()], &encoded[..]);
+
+    let mut whole = (MasterMessageReader::default(), Vec::new());
+    let whole_result = whole.0.feed(data, &mut whole.1);
+    let mut pieces = (MasterMessageReader::default(), Vec::new());
+    let pieces_result = data
+        .chunks(7)
+        .try_for_each(|piece| pieces.0.feed(piece, &mut pieces.1));
+    assert_eq!(whole_result, pieces_result);
+    assert_eq!(whole.1, pieces.1);
+    let encoded: Vec<u8> = whole
+        .1
+        .iter()
+        .flat_map(|message| match message {
+            MasterMessage::HandshakeAnswer(answer) => encode_handshake_answer(answer),
+            MasterMessage::Transfer(frame) => {
+                let mut bytes = encode_transfer_header(&frame.header, frame.body.len()).to_vec();
+                bytes.extend_from_slice(&frame.body);
+                bytes
+            }
+        })
+        .collect();
+    assert_eq!(&data[..encoded.len()], &encoded[..]);
+}
 
 /// A SQL92 selector, then (after a 0 byte, if any) message properties in RocketMQ's
 /// `name 0x01 value 0x02` form. A selector that parses is evaluated over those properties,

@@ -264,6 +264,30 @@ impl Appender {
         Ok((position, started))
     }
 
+    /// Refuses every later write: the files no longer match memory (a truncation failed
+    /// part-way), and only a reopen brings them back in step.
+    pub fn break_with(&mut self, reason: String) {
+        self.broken = Some(reason);
+    }
+
+    /// Cuts the CommitLog at `position` for a truncation (`log::Writer::truncate`).
+    pub fn truncate_log(
+        &mut self,
+        position: u64,
+    ) -> Result<usize, (std::path::PathBuf, io::Error)> {
+        self.commitlog.truncate(position)
+    }
+
+    /// After a truncation rewound the ConsumeQueues: each queue's next offset is its max
+    /// offset again, the offset its first dropped record had.
+    pub fn reload_queue_offsets(&mut self) {
+        for writer in &mut self.writers {
+            writer.next_offset = writer.queue.bounds().1;
+            writer.touched = false;
+        }
+        self.touched.clear();
+    }
+
     /// Drops the topic's queue writers (its ConsumeQueues are deleted): a later append to the
     /// topic opens a new queue, with offsets from 0. Call between groups only.
     fn forget_topic(&mut self, topic: &str) {

@@ -137,13 +137,25 @@ impl SnapshotFile {
     }
 }
 
-/// Reads a snapshot; a missing file is `None`, anything else unreadable is an error.
-fn read_if_present(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error),
+/// Reads a snapshot; a missing file is `None`, anything else unreadable is an error, and so is
+/// a file longer than `bytes_max` (read no further than one byte past it).
+fn read_if_present(path: &Path, bytes_max: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let mut bytes = Vec::new();
+    file.take(bytes_max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > bytes_max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("longer than {bytes_max} bytes"),
+        ));
     }
+    Ok(Some(bytes))
 }
 
 /// Loads the snapshot at `path` with `parse`: the file if it reads and parses, else its backup
@@ -153,8 +165,18 @@ pub fn load<T: Default, E: std::fmt::Display>(
     path: &Path,
     parse: impl Fn(&[u8]) -> Result<T, E>,
 ) -> Result<T, String> {
+    load_bounded(path, u64::MAX, parse)
+}
+
+/// `load`, refusing a file (or backup) longer than `bytes_max` as unreadable: for files whose
+/// size has a known bound, so that a damaged or hostile one is never read whole into memory.
+pub fn load_bounded<T: Default, E: std::fmt::Display>(
+    path: &Path,
+    bytes_max: u64,
+    parse: impl Fn(&[u8]) -> Result<T, E>,
+) -> Result<T, String> {
     let read = |path: &Path| -> Result<Option<T>, String> {
-        match read_if_present(path) {
+        match read_if_present(path, bytes_max) {
             Ok(Some(bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => {
                 Err("it is empty".to_string())
             }

@@ -21,6 +21,7 @@
 mod appender;
 mod durability;
 pub mod durable_file;
+pub mod epoch;
 mod faults;
 mod index;
 mod log;
@@ -31,6 +32,7 @@ mod recovery;
 mod retention;
 mod timer_buckets;
 mod transfer;
+mod truncate;
 mod types;
 
 /// The `LD_PRELOAD` shim that puts real EIO and ENOSPC under the unit tests of flushes.
@@ -46,13 +48,15 @@ use std::time::Duration;
 pub use types::{
     Append, AppendDone, AppendError, AppendOutcome, Appended, Boundary, DeleteTopicError,
     FlushMode, FlushStatus, LogChunk, OpenError, QueueBounds, QueueRead, ReadError, ReadStatus,
-    Record, RecoveryReport, ReplicaError, StoreConfig, StoreStats, TopicDeletion,
+    Record, RecoveryReport, ReplicaError, StoreConfig, StoreStats, TopicDeletion, TruncateError,
+    TruncateReport,
 };
 
 use appender::Appender;
 /// The checkpoint file's reader, for tools and tests that look at a store from outside.
 pub use durability::checkpoint::{read as read_checkpoint, Checkpoint};
 use durability::{flusher, Durability, GroupCommit};
+pub use epoch::{consistent_point, EpochEntries, EpochEntry, EpochFile, EpochFileError};
 use faults::IoFaults;
 pub use faults::{Fault, FaultReport, FileKind, KindFaults, Unwritable};
 use index::Index;
@@ -105,8 +109,11 @@ struct Inner {
     /// callers' alike (flat combining), so appends need no thread of their own and no
     /// hand-off between threads; callers that find it taken leave their request to the holder.
     appender: Mutex<Appender>,
-    /// Held through a topic deletion, both halves (`Store::delete_topic`).
+    /// Held through a topic deletion, both halves (`Store::delete_topic`), and a truncation.
     deleting: Mutex<()>,
+    /// Held through a retention pass and a truncation: a pass judges segments sealed by the
+    /// written position, which a truncation lowers.
+    retaining: Mutex<()>,
     /// With sync flush: written groups waiting for an fsync, and who runs it.
     group_commit: Arc<GroupCommit>,
     /// Dropping these wakes and stops the timed background threads.
@@ -410,6 +417,7 @@ impl Store {
                 sync_flush: sync.is_some(),
                 appender: Mutex::new(appender),
                 deleting: Mutex::new(()),
+                retaining: Mutex::new(()),
                 group_commit,
                 stops: Mutex::new(threads.stops),
                 threads: Mutex::new(threads.handles),
@@ -500,6 +508,52 @@ impl Store {
                 Err(_) => inner.group_commit.wake_thread(),
             }
         }
+        result
+    }
+
+    /// A slave's cut of its log (controller mode): drops every record at and past `position`,
+    /// which a new master never had, so that the log ends there. Afterwards reads, bounds,
+    /// time and key lookups see none of the dropped records, and appends (`append` and
+    /// `append_replicated`) go on at `position`, each queue at the offset its first dropped
+    /// record had. `position` must lie between the min and written positions and be where a
+    /// record, an end-of-segment marker or a segment starts; the written position is a no-op.
+    ///
+    /// Crash-safe: the cut reaches the disk before any reader or append sees the shorter log,
+    /// and a crash part-way leaves a record of it that the next open finishes (see
+    /// `truncate.rs`). It runs under the appender's lock, with retention and topic deletions
+    /// held off, and fsyncs: call it off any async runtime. Groups waiting for a sync flush's
+    /// fsync are completed first. On `Io` the store may be part cut; it refuses appends until
+    /// reopened, which finishes the cut.
+    pub fn truncate_log(&self, position: u64) -> Result<TruncateReport, TruncateError> {
+        let inner = &self.inner;
+        let _retaining = relock(inner.retaining.lock());
+        let _deleting = relock(inner.deleting.lock());
+        if inner.sync_flush {
+            inner.group_commit.commit_all();
+        }
+        let result = {
+            let mut appender = relock(inner.appender.lock());
+            if !inner.queue().open {
+                Err(TruncateError::Closed)
+            } else {
+                let layers = truncate::Layers {
+                    config: &inner.config,
+                    log: &inner.log,
+                    queues: &inner.queues,
+                    index: &inner.index,
+                    durability: &inner.durability,
+                };
+                let result = truncate::truncate(&mut appender, &layers, position);
+                if let Err(TruncateError::Io { message, .. }) = &result {
+                    appender.break_with(format!(
+                        "truncating the CommitLog at {position} failed ({message}); reopen the \
+                         store to finish the truncation"
+                    ));
+                }
+                result
+            }
+        };
+        inner.write_and_commit();
         result
     }
 
@@ -779,6 +833,7 @@ impl Store {
         at_once: bool,
     ) -> Result<RetentionReport, RetentionError> {
         let inner = &self.inner;
+        let _retaining = relock(inner.retaining.lock());
         retention::delete_expired(
             &inner.log,
             &inner.queues,

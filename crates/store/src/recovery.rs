@@ -20,6 +20,7 @@ use crate::log::Log;
 use crate::queues::consume_queue::Entry;
 use crate::queues::deleted::{self, Deletions};
 use crate::queues::{valid_topic, Queues};
+use crate::truncate;
 use crate::types::{OpenError, RecoveryReport, StoreConfig};
 use quiver_record::{RecordView, BLANK_BYTES, MAGIC_BLANK, PHYSICAL_OFFSET_AT, RECORD_BYTES_MIN};
 
@@ -123,8 +124,18 @@ pub fn recover(
     };
     create_dirs(config)?;
     let lock = lock_store(config)?;
-    let checkpoint = read_checkpoint(config, &mut report.problems)?;
+    let intent = truncate::intent_path(config);
+    let truncation = truncate::pending(config).map_err(|e| OpenError::io(&intent, &e))?;
+    let checkpoint = read_checkpoint(config, &mut report.problems)?
+        .map(|c| truncation.map_or(c, |position| c.truncated_at(position)));
     let segments = Segments::open(&config.commitlog_dir, config.segment_bytes)?;
+    if let Some(position) = truncation {
+        truncate::finish_on_disk(&segments, position).map_err(|e| OpenError::io(&intent, &e))?;
+        report.problems.push(format!(
+            "{}: a truncation of the CommitLog at {position} was interrupted; finished",
+            intent.display()
+        ));
+    }
     let queues = Queues::open(config, &mut report.problems)?;
     let deletions = queues.deletions();
     // The index is made durable less often than the checkpoint (`Index::flush_if_due`): its
@@ -162,9 +173,12 @@ pub fn recover(
     trim_queues(&queues, &segments, end, &mut report.problems)?;
     let min_position = segments.first_base().unwrap_or(end);
     queues.tidy_deletions(min_position, end, &mut report.problems);
-    let bad_ranges = store_damage(config, damaged_before, found, min_position)?;
+    let bad_ranges = store_damage(config, damaged_before, found, min_position, truncation)?;
     let log = Log::new(segments, end, min_position, bad_ranges, faults.clone());
     let recovered = make_durable(config, log, queues, index, lock, faults)?;
+    if truncation.is_some() {
+        truncate::finish(config).map_err(|e| OpenError::io(&intent, &e))?;
+    }
     Ok((recovered, report))
 }
 
@@ -230,19 +244,24 @@ fn trim_queues(
     Ok(())
 }
 
-/// The damaged ranges known before with those the scan `found`, from `min_position` on;
-/// stored when they changed, durably before the checkpoint moves the next scan's start past
-/// the damage.
+/// The damaged ranges known before with those the scan `found`, from `min_position` on and,
+/// after a truncation, below its position (the bytes past it are gone, and new records will be
+/// written there); stored when they changed, durably before the checkpoint moves the next
+/// scan's start past the damage.
 fn store_damage(
     config: &StoreConfig,
     damaged_before: Vec<BadRange>,
     found: Vec<BadRange>,
     min_position: u64,
+    truncation: Option<u64>,
 ) -> Result<Vec<BadRange>, OpenError> {
-    let bad_ranges = damaged::normalize(
+    let mut bad_ranges = damaged::normalize(
         damaged_before.iter().copied().chain(found).collect(),
         min_position,
     );
+    if let Some(position) = truncation {
+        bad_ranges = damaged::clip(bad_ranges, position);
+    }
     if bad_ranges != damaged_before {
         damaged::store(&config.damaged_path, &bad_ranges)
             .map_err(|e| OpenError::io(&config.damaged_path, &e))?;

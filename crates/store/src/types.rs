@@ -387,3 +387,62 @@ pub struct StoreStats {
     pub messages_appended: u64,
     pub bytes_appended: u64,
 }
+
+/// What `Store::truncate_log` dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TruncateReport {
+    /// The written position now: the position truncated at.
+    pub position: u64,
+    /// The written position before.
+    pub dropped_from: u64,
+    /// Whole segments removed (those past the one holding `position`).
+    pub segments_removed: usize,
+    /// ConsumeQueues that lost entries, each now ending at the offset its first dropped
+    /// record had.
+    pub queues_rewound: usize,
+}
+
+/// Why `Store::truncate_log` refused or failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum TruncateError {
+    /// Positions below the min position are gone already; past the written one there is
+    /// nothing to drop.
+    #[error(
+        "position {position} is outside the CommitLog, which holds {min_position} to {written_position}"
+    )]
+    OutsideLog {
+        position: u64,
+        min_position: u64,
+        written_position: u64,
+    },
+    /// Cutting inside a record would leave a torn one behind.
+    #[error("position {position} is not where a record or end-of-segment marker starts: {reason}")]
+    NotABoundary { position: u64, reason: String },
+    /// A failed write or fsync: the cut may be part done on disk. A truncation left on disk
+    /// by one is finished when the store next opens; until then the store refuses appends.
+    #[error("I/O error on {path}: {message}")]
+    Io { path: String, message: String },
+    #[error("store is closed")]
+    Closed,
+}
+
+impl TruncateError {
+    pub fn io(path: &std::path::Path, e: &std::io::Error) -> TruncateError {
+        TruncateError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<OpenError> for TruncateError {
+    fn from(e: OpenError) -> TruncateError {
+        match e {
+            OpenError::Io { path, message } => TruncateError::Io { path, message },
+            other => TruncateError::Io {
+                path: String::new(),
+                message: other.to_string(),
+            },
+        }
+    }
+}

@@ -11,6 +11,7 @@
 //! slave), its task hands it to the connection's `SlaveConnected`, the only caller of
 //! `Replication::confirmed`, and dropping that guard when the connection ends withdraws it.
 
+pub mod autoswitch_codec;
 pub mod codec;
 pub mod master;
 pub mod master_session;

@@ -52,6 +52,16 @@ pub enum CheckpointError {
 }
 
 impl Checkpoint {
+    /// The checkpoint of a log truncated at `position`: it vouches for nothing past it.
+    pub fn truncated_at(self, position: u64) -> Checkpoint {
+        Checkpoint {
+            commitlog_flushed_position: self.commitlog_flushed_position.min(position),
+            dispatched_flushed_position: self.dispatched_flushed_position.min(position),
+            index_flushed_position: self.index_flushed_position.min(position),
+            ..self
+        }
+    }
+
     pub fn encode(&self) -> [u8; CHECKPOINT_BYTES] {
         let mut out = [0u8; CHECKPOINT_BYTES];
         out[0..4].copy_from_slice(&MAGIC.to_be_bytes());

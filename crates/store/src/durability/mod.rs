@@ -147,6 +147,32 @@ impl Durability {
         result
     }
 
+    /// Runs a truncation of the CommitLog (`cut`, which lowers the log's, queues' and index's
+    /// positions to `position`) with no checkpoint round in between, then writes a checkpoint
+    /// that vouches for nothing past `position`: a round begun before the cut could otherwise
+    /// write the positions of the longer log after it.
+    pub fn truncated<T, E: From<OpenError>>(
+        &self,
+        position: u64,
+        cut: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut rounds = self.rounds.lock().expect("checkpoint lock poisoned");
+        let done = cut()?;
+        let next = rounds.written.truncated_at(position);
+        rounds.seen = None;
+        if let Some(at) = &mut rounds.queues_failed_at {
+            *at = (*at).min(position);
+        }
+        checkpoint::write(&self.checkpoint_path, &next).map_err(|e| {
+            let path = &self.checkpoint_path;
+            self.faults
+                .record(FileKind::Checkpoint, IoOp::Replace, path, &e);
+            OpenError::io(path, &e)
+        })?;
+        rounds.written = next;
+        Ok(done)
+    }
+
     /// Flushes every ConsumeQueue, the failing ones too; a failure holds the checkpoint's
     /// dispatch position where the last checkpoint put it.
     fn flush_queues(&self, rounds: &mut Rounds) -> Result<(), OpenError> {

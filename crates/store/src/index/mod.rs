@@ -169,6 +169,9 @@ struct Flushed {
     at: Option<Instant>,
     /// The `indexed_end` the last successful flush made durable.
     end: u64,
+    /// How many truncations lowered the ends: a flush that began before one does not raise
+    /// `end` past the truncated log.
+    truncations: u64,
     /// Where the index was durable when a flush first failed since opening. The entries written
     /// since may have been on pages whose writeback failed and which the kernel then dropped,
     /// and a later fsync that succeeds says nothing of them: `durable_end` stays below this
@@ -236,6 +239,7 @@ impl Index {
             writer: Mutex::new(writer),
             flushed: Mutex::new(Flushed {
                 at: None,
+                truncations: 0,
                 end: durable_end,
                 failed_at: None,
             }),
@@ -255,6 +259,23 @@ impl Index {
     pub fn indexed_up_to(&self, end: u64) {
         let mut w = self.writer.lock().expect("index writer lock poisoned");
         w.indexed_end = w.indexed_end.max(end);
+    }
+
+    /// A truncation of the CommitLog at `position`: keys are added again from there, and no
+    /// flush vouches for the index past it. Entries already in the files for records past it
+    /// stay: a query reads the record each entry points at and keeps only one that holds the
+    /// key, so they find nothing the log does not hold.
+    pub fn rewind(&self, position: u64) {
+        {
+            let mut w = self.writer.lock().expect("index writer lock poisoned");
+            w.indexed_end = w.indexed_end.min(position);
+        }
+        let mut flushed = self.flushed.lock().expect("index flush lock poisoned");
+        flushed.truncations += 1;
+        flushed.end = flushed.end.min(position);
+        if let Some(at) = &mut flushed.failed_at {
+            *at = (*at).min(position);
+        }
     }
 
     /// Flushes when `FLUSH_INTERVAL` has passed since the last flush, or a sealed file waits
@@ -445,6 +466,12 @@ impl Index {
     /// failure the sealed files and dirty slots wait for the next flush, the failure is
     /// recorded, and `durable_end` stays below it until the store reopens.
     pub fn flush(&self) -> io::Result<()> {
+        // Read before `indexed_end`: a truncation lowers that first, then counts itself.
+        let truncations = self
+            .flushed
+            .lock()
+            .expect("index flush lock poisoned")
+            .truncations;
         let (active, header, mut dirty, sealed, indexed_end) = {
             let mut w = self.writer.lock().expect("index writer lock poisoned");
             (
@@ -474,7 +501,9 @@ impl Index {
         match synced {
             Ok(()) => {
                 flushed.at = Some(Instant::now());
-                flushed.end = flushed.end.max(indexed_end);
+                if flushed.truncations == truncations {
+                    flushed.end = flushed.end.max(indexed_end);
+                }
                 Ok(())
             }
             Err(e) => {

@@ -444,6 +444,71 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Cuts the log at `position` (a record or end-marker boundary at or above the min
+    /// position, below the written position; the caller has checked it) for good: the
+    /// segments past the one holding it are removed, that one is cut at it, and both the
+    /// directory and the cut segment are fsynced before the written and flushed positions
+    /// move back, so no reader or flush sees the shorter log before it is on disk. Returns how
+    /// many segments were removed; on failure, the file that failed.
+    pub fn truncate(&mut self, position: u64) -> Result<usize, (PathBuf, io::Error)> {
+        let log = Arc::clone(&self.log);
+        let segment_bytes = log.segment_bytes;
+        let holder =
+            (!position.is_multiple_of(segment_bytes)).then(|| position - position % segment_bytes);
+        let doomed: Vec<u64> = log
+            .segments
+            .bases()
+            .into_iter()
+            .filter(|base| *base >= position)
+            .rev()
+            .collect();
+        let failed = |base: u64, e: io::Error| {
+            let path = log.segments.path(base);
+            log.faults
+                .record(FileKind::CommitLog, IoOp::Truncate, &path, &e);
+            (path, e)
+        };
+        // The filler is held off throughout: it must not write into a segment being cut or
+        // removed.
+        let mut zeroed = log.zeros.hold();
+        for &base in &doomed {
+            log.segments.remove(base).map_err(|e| failed(base, e))?;
+        }
+        if !doomed.is_empty() {
+            crate::durable_file::sync_parent_dir(&log.segments.path(position))
+                .map_err(|e| failed(position, e))?;
+        }
+        let file = match holder {
+            Some(base) => {
+                let (_, file) = log.segments.find(base).ok_or_else(|| {
+                    failed(
+                        base,
+                        io::Error::new(io::ErrorKind::NotFound, "segment missing"),
+                    )
+                })?;
+                file.set_len(position - base)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| failed(base, e))?;
+                zeroed.cut(base, &file, position);
+                Some(file)
+            }
+            None => {
+                zeroed.forget(position);
+                None
+            }
+        };
+        drop(zeroed);
+        self.segment_base = holder.unwrap_or(position);
+        self.segment_file = file;
+        self.position = position;
+        let _flushing = log.flushing.lock().unwrap_or_else(|p| p.into_inner());
+        log.written_position.store(position, Ordering::Release);
+        log.flushed_position.fetch_min(position, Ordering::AcqRel);
+        Ok(doomed.len())
+    }
+}
+
 /// The write of `bytes` at `file_offset` in the segment at `base`. Below the zeroed end it
 /// needs no lock; past it, it holds the filler off (see `prealloc`).
 pub(super) fn write_in_segment(

@@ -44,6 +44,15 @@ pub fn load(path: &Path, problems: &mut Vec<String>) -> io::Result<Vec<BadRange>
     Ok(ranges)
 }
 
+/// The ranges below `end`, each clipped to it: a truncation at `end` drops the log past it.
+pub fn clip(mut ranges: Vec<BadRange>, end: u64) -> Vec<BadRange> {
+    ranges.retain(|r| r.start < end);
+    for range in &mut ranges {
+        range.end = range.end.min(end);
+    }
+    ranges
+}
+
 /// Sorted, overlapping and touching ranges joined, and ranges wholly below `min_position`
 /// (retention deleted their segments) dropped.
 pub fn normalize(mut ranges: Vec<BadRange>, min_position: u64) -> Vec<BadRange> {

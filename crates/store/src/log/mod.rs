@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::faults::{FileKind, IoFaults, IoOp};
 use crate::types::{ReadError, StoreStats};
@@ -45,8 +45,16 @@ pub struct Log {
     min_position: AtomicU64,
     messages_appended: AtomicU64,
     bytes_appended: AtomicU64,
-    /// Ranges recovery found damaged (`damaged.rs`), kept out of reads.
-    damaged: Vec<BadRange>,
+    /// Ranges recovery found damaged (`damaged.rs`), kept out of reads; a truncation drops
+    /// those past its position.
+    damaged: RwLock<Vec<BadRange>>,
+    /// Whether `damaged` holds any range: reads check every entry, and almost every log has
+    /// none.
+    has_damage: std::sync::atomic::AtomicBool,
+    /// Held by each fsync round from reading the flushed position to raising it, and by a
+    /// truncation while it lowers it, so that no round started before a truncation raises
+    /// the flushed position past the shorter log.
+    flushing: Mutex<()>,
     /// Zeroed space ahead of the writer in the active segment.
     zeros: ZeroFiller,
     /// Where its failed writes, fsyncs and removals are recorded.
@@ -76,7 +84,9 @@ impl Log {
             min_position: AtomicU64::new(min_position),
             messages_appended: AtomicU64::new(0),
             bytes_appended: AtomicU64::new(0),
-            damaged,
+            has_damage: std::sync::atomic::AtomicBool::new(!damaged.is_empty()),
+            damaged: RwLock::new(damaged),
+            flushing: Mutex::new(()),
             faults,
         }
     }
@@ -170,9 +180,25 @@ impl Log {
 
     /// Whether `position` lies in a range recovery found damaged.
     pub fn is_damaged(&self, position: u64) -> bool {
+        if !self.has_damage.load(Ordering::Acquire) {
+            return false;
+        }
         self.damaged
+            .read()
+            .expect("damaged ranges lock poisoned")
             .iter()
             .any(|r| r.start <= position && position < r.end)
+    }
+
+    /// A truncation at `position`: the damaged ranges below it, clipped to it, and whether
+    /// that changed them (the caller stores them).
+    pub fn clip_damaged(&self, position: u64) -> (Vec<BadRange>, bool) {
+        let mut damaged = self.damaged.write().expect("damaged ranges lock poisoned");
+        let before = damaged.clone();
+        *damaged = damaged::clip(std::mem::take(&mut *damaged), position);
+        self.has_damage
+            .store(!damaged.is_empty(), Ordering::Release);
+        (damaged.clone(), *damaged != before)
     }
 
     /// Starts writing back the whole pages written since the last call (the page the writer
@@ -187,7 +213,11 @@ impl Log {
     }
 
     /// fsyncs the CommitLog up to `target` and publishes the new flushed position.
+    /// A target past the written position (a group written before a truncation dropped it)
+    /// flushes only up to the written position.
     pub fn flush(&self, target: u64) -> io::Result<()> {
+        let _flushing = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
+        let target = target.min(self.written());
         let flushed = self.flushed_position.load(Ordering::Acquire);
         if target <= flushed {
             return Ok(());

@@ -215,6 +215,17 @@ impl Held<'_> {
         self.zeroed_end.store(self.state.end, Ordering::Release);
     }
 
+    /// A truncation removed the segment the filler worked on: nothing to fill until the
+    /// writer creates the next one at `position`.
+    pub fn forget(&mut self, position: u64) {
+        *self.state = Zeroed {
+            base: position,
+            file: None,
+            end: position,
+        };
+        self.zeroed_end.store(position, Ordering::Release);
+    }
+
     /// The writer cut `file`, the segment at `base`, at `position`: nothing past it.
     pub fn cut(&mut self, base: u64, file: &Arc<File>, position: u64) {
         self.restart(base, file, position);

@@ -531,6 +531,50 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// A truncation of the CommitLog at `position`: removes the entries that point at or past
+    /// it, durably (the kept file cut and fsynced, later files removed and their directory
+    /// fsynced), then lowers the max offset, so that the next record of the queue takes the
+    /// offset the first removed one had. Returns the new max offset, None when no entry
+    /// pointed that far. The appender is held: nothing is appended meanwhile. Entries point at
+    /// increasing positions, so a binary search finds the first to go.
+    pub fn rewind_to_position(&self, position: u64) -> io::Result<Option<u64>> {
+        let (min, max) = self.bounds();
+        let (mut low, mut high) = (min, max);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.entry(middle)?.position < position {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        if low == max {
+            return Ok(None);
+        }
+        let files_before = self
+            .files
+            .read()
+            .expect("consume queue lock poisoned")
+            .len();
+        self.discard_from(low)?;
+        let kept = self.file(low / self.entries_per_file);
+        if let Some(file) = kept {
+            file.sync_data()?;
+        }
+        if self
+            .files
+            .read()
+            .expect("consume queue lock poisoned")
+            .len()
+            != files_before
+        {
+            sync_parent_dir(&self.path_for(low))?;
+        }
+        self.max_offset.store(low, Ordering::Release);
+        self.flushed_offset.fetch_min(low, Ordering::AcqRel);
+        Ok(Some(low))
+    }
+
     /// A replica's queue starts at `offset`, the offset of the first record of it that the
     /// replica received: its master holds the entries below, this store never will. Called
     /// before the entry at `offset` is published; the file holding it reads as zeros below it.
