@@ -17,7 +17,7 @@ use quiver_wire::{Command, Encoding, ExtFields};
 
 use crate::liveness::Heartbeat;
 use crate::node::Controller;
-use crate::replicas::{Elected, ElectionBy, MasterInfo, Proposal, Refusal, Replicas};
+use crate::replicas::{Elected, ElectionBy, MasterInfo, Proposal, Refusal};
 
 /// What a handler sees besides the request.
 pub struct Call<'a> {
@@ -44,36 +44,30 @@ impl From<Command> for Handled {
     }
 }
 
-type Handler = fn(&Call, &Command) -> Result<Handled, HeaderError>;
-
-fn handler_for(code: i32) -> Option<Handler> {
-    Some(match code {
-        request_code::BROKER_HEARTBEAT => heartbeat,
-        request_code::CONTROLLER_ALTER_SYNC_STATE_SET => alter_sync_state_set,
-        request_code::CONTROLLER_ELECT_MASTER => elect_master,
-        request_code::CONTROLLER_REGISTER_BROKER => register_broker,
-        request_code::CONTROLLER_GET_REPLICA_INFO => replica_info,
-        request_code::CONTROLLER_GET_METADATA_INFO => metadata,
-        request_code::CONTROLLER_GET_SYNC_STATE_DATA => sync_state_data,
-        request_code::UPDATE_CONTROLLER_CONFIG => update_config,
-        request_code::GET_CONTROLLER_CONFIG => get_config,
-        request_code::CLEAN_BROKER_DATA => clean_broker_data,
-        request_code::CONTROLLER_GET_NEXT_BROKER_ID => next_broker_id,
-        request_code::CONTROLLER_APPLY_BROKER_ID => apply_broker_id,
-        _ => return None,
-    })
-}
-
 /// Answers one request. Unknown codes get REQUEST_CODE_NOT_SUPPORTED; missing or bad header
 /// fields SYSTEM_ERROR naming the field.
-pub fn handle(call: &Call, request: &Command) -> Handled {
-    let Some(handler) = handler_for(request.code) else {
-        return request
-            .response_to(response_code::REQUEST_CODE_NOT_SUPPORTED)
-            .with_remark(format!(" request type {} not supported", request.code))
-            .into();
+pub async fn handle(call: &Call<'_>, request: &Command) -> Handled {
+    let handled = match request.code {
+        request_code::BROKER_HEARTBEAT => heartbeat(call, request),
+        request_code::CONTROLLER_ALTER_SYNC_STATE_SET => alter_sync_state_set(call, request).await,
+        request_code::CONTROLLER_ELECT_MASTER => elect_master(call, request).await,
+        request_code::CONTROLLER_REGISTER_BROKER => register_broker(call, request).await,
+        request_code::CONTROLLER_GET_REPLICA_INFO => replica_info(call, request),
+        request_code::CONTROLLER_GET_METADATA_INFO => metadata(call, request),
+        request_code::CONTROLLER_GET_SYNC_STATE_DATA => sync_state_data(call, request),
+        request_code::UPDATE_CONTROLLER_CONFIG => update_config(call, request),
+        request_code::GET_CONTROLLER_CONFIG => get_config(call, request),
+        request_code::CLEAN_BROKER_DATA => clean_broker_data(call, request).await,
+        request_code::CONTROLLER_GET_NEXT_BROKER_ID => next_broker_id(call, request),
+        request_code::CONTROLLER_APPLY_BROKER_ID => apply_broker_id(call, request).await,
+        _ => {
+            return request
+                .response_to(response_code::REQUEST_CODE_NOT_SUPPORTED)
+                .with_remark(format!(" request type {} not supported", request.code))
+                .into()
+        }
     };
-    match handler(call, request) {
+    match handled {
         Ok(handled) => handled,
         Err(error) => request
             .response_to(response_code::SYSTEM_ERROR)
@@ -89,16 +83,7 @@ fn refused(request: &Command, refusal: Refusal) -> Handled {
         .into()
 }
 
-/// A change the controller could not write is refused whole: nothing of it was applied.
-fn not_kept(request: &Command, error: crate::node::NotKept) -> Handled {
-    tracing::error!(%error, code = request.code, "controller request refused");
-    request
-        .response_to(response_code::SYSTEM_ERROR)
-        .with_remark(error.to_string())
-        .into()
-}
-
-fn heartbeat(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn heartbeat(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = BrokerHeartbeatRequestHeader::from_ext(ext_or_err(request)?)?;
     let Some(id) = header.broker_id else {
         return Ok(refused(
@@ -144,7 +129,7 @@ fn heartbeat(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
         .into())
 }
 
-fn alter_sync_state_set(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+async fn alter_sync_state_set(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = AlterSyncStateSetRequestHeader::from_ext(ext_or_err(request)?)?;
     let failed_epoch = ExtFields::new().with("newSyncStateSetEpoch", 0);
     let proposed: SyncStateSet = match body::from_json(&request.body) {
@@ -157,46 +142,44 @@ fn alter_sync_state_set(call: &Call, request: &Command) -> Result<Handled, Heade
                 .into())
         }
     };
-    let controller = call.controller;
-    let mut state = controller.state();
     let proposal = Proposal {
         master: header.master_broker_id,
         master_epoch: header.master_epoch,
         members: proposed.sync_state_set,
         set_epoch: proposed.sync_state_set_epoch,
     };
-    let decided = state.alter_sync_state_set(
-        &header.broker_name,
-        &proposal,
-        &controller.liveness(),
-        call.now_ms,
-    );
-    let event = match decided {
-        Ok(event) => event,
-        Err(refusal) => {
-            let mut handled = refused(request, refusal);
-            handled.response = handled.response.with_ext(failed_epoch);
-            return Ok(handled);
-        }
-    };
-    if let Err(error) = controller.commit(&mut state, &[event]) {
-        return Ok(not_kept(request, error));
+    let controller = call.controller;
+    let changed = controller
+        .change(|state, liveness| {
+            let event = state.alter_sync_state_set(
+                &header.broker_name,
+                &proposal,
+                liveness,
+                call.now_ms,
+            )?;
+            Ok((vec![event], ()))
+        })
+        .await;
+    if let Err(refusal) = changed {
+        let mut handled = refused(request, refusal);
+        handled.response = handled.response.with_ext(failed_epoch);
+        return Ok(handled);
     }
-    let set = state
-        .set(&header.broker_name)
-        .expect("the set was just changed");
-    let answer = SyncStateSet {
-        sync_state_set: set.sync_state_set.clone(),
-        sync_state_set_epoch: set.sync_state_set_epoch,
-    };
+    let answer = controller.read(|state| {
+        state.set(&header.broker_name).map(|set| SyncStateSet {
+            sync_state_set: set.sync_state_set.clone(),
+            sync_state_set_epoch: set.sync_state_set_epoch,
+        })
+    });
+    let answer = answer.unwrap_or_default();
     Ok(request
         .response_to(response_code::SUCCESS)
-        .with_ext(ExtFields::new().with("newSyncStateSetEpoch", set.sync_state_set_epoch))
+        .with_ext(ExtFields::new().with("newSyncStateSetEpoch", answer.sync_state_set_epoch))
         .with_body(body::to_json(&answer))
         .into())
 }
 
-fn elect_master(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+async fn elect_master(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = ElectMasterRequestHeader::from_ext(ext_or_err(request)?)?;
     let by = match (header.designate_elect, header.broker_id) {
         (true, id) => ElectionBy::Admin(id),
@@ -209,7 +192,7 @@ fn elect_master(call: &Call, request: &Command) -> Result<Handled, HeaderError> 
         info,
         members,
         notify,
-    } = elect(call.controller, &header.broker_name, by, call.now_ms);
+    } = elect(call.controller, &header.broker_name, by, call.now_ms).await;
     let mut response = request
         .response_to(code)
         .with_ext(master_header(&info).to_ext());
@@ -238,7 +221,7 @@ pub struct Election {
 
 /// Runs an election for the set `name` and commits it. Also what the controller runs itself
 /// when a master is gone.
-pub fn elect(controller: &Controller, name: &str, by: ElectionBy, now_ms: i64) -> Election {
+pub async fn elect(controller: &Controller, name: &str, by: ElectionBy, now_ms: i64) -> Election {
     let (unclean, notify_enabled) = {
         let config = controller.config();
         (
@@ -246,37 +229,42 @@ pub fn elect(controller: &Controller, name: &str, by: ElectionBy, now_ms: i64) -
             config.notify_broker_role_changed,
         )
     };
-    let mut state = controller.state();
-    let decided = state.elect(name, by, unclean, &controller.liveness(), now_ms);
-    let outcome = |state: &Replicas, code: i32, remark: String| Election {
+    let decided = controller
+        .change(|state, liveness| {
+            let elected = state.elect(name, by, unclean, liveness, now_ms)?;
+            let events = match &elected {
+                Elected::New { event, .. } | Elected::Nobody(Some(event)) => vec![event.clone()],
+                _ => Vec::new(),
+            };
+            Ok((events, elected))
+        })
+        .await;
+    let outcome = |code: i32, remark: String| Election {
         code,
         remark: Some(remark),
-        info: state
-            .set(name)
-            .map(|set| set.master_info())
-            .unwrap_or_default(),
+        info: controller.read(|state| {
+            state
+                .set(name)
+                .map(|set| set.master_info())
+                .unwrap_or_default()
+        }),
         members: None,
         notify: Vec::new(),
     };
     let elected = match decided {
         Ok(elected) => elected,
-        Err(refusal) => return outcome(&state, refusal.code, refusal.remark),
+        Err(refusal) => return outcome(refusal.code, refusal.remark),
     };
-    let (event, master, loss) = match elected {
+    let (master, loss) = match elected {
         Elected::Unchanged => {
             let remark = format!("the master of {name} is still alive");
-            return outcome(&state, response_code::CONTROLLER_MASTER_STILL_EXIST, remark);
+            return outcome(response_code::CONTROLLER_MASTER_STILL_EXIST, remark);
         }
         Elected::Nobody(event) => {
             let code = match &event {
                 Some(_) => response_code::CONTROLLER_MASTER_NOT_AVAILABLE,
                 None => response_code::CONTROLLER_ELECT_MASTER_FAILED,
             };
-            if let Some(event) = event {
-                if let Err(error) = controller.commit(&mut state, &[event]) {
-                    return outcome(&state, response_code::SYSTEM_ERROR, error.to_string());
-                }
-            }
             tracing::warn!(
                 broker_set = name,
                 ?by,
@@ -284,22 +272,28 @@ pub fn elect(controller: &Controller, name: &str, by: ElectionBy, now_ms: i64) -
             );
             let remark =
                 format!("no replica of {name} can be master: none in its SyncStateSet is alive");
-            return outcome(&state, code, remark);
+            return outcome(code, remark);
         }
         Elected::New {
-            event,
-            master,
-            unclean,
-        } => (event, master, unclean),
+            master, unclean, ..
+        } => (master, unclean),
     };
-    if let Err(error) = controller.commit(&mut state, &[event]) {
-        return outcome(&state, response_code::SYSTEM_ERROR, error.to_string());
-    }
     if let Some(loss) = &loss {
         tracing::warn!(broker_set = name, master, "unclean election: {loss}");
     }
-    let set = state.set(name).expect("an elected set exists");
-    let info = set.master_info();
+    let (info, members) = controller.read(|state| {
+        let set = state.set(name).expect("an elected set exists");
+        let members = BrokerMemberGroup {
+            broker_addrs: set
+                .brokers
+                .iter()
+                .map(|(id, replica)| (*id, replica.address.clone()))
+                .collect(),
+            broker_name: set.name.clone(),
+            cluster: set.cluster.clone(),
+        };
+        (set.master_info(), members)
+    });
     tracing::info!(
         broker_set = name,
         master,
@@ -307,15 +301,6 @@ pub fn elect(controller: &Controller, name: &str, by: ElectionBy, now_ms: i64) -
         ?by,
         "master elected"
     );
-    let members = BrokerMemberGroup {
-        broker_addrs: set
-            .brokers
-            .iter()
-            .map(|(id, replica)| (*id, replica.address.clone()))
-            .collect(),
-        broker_name: set.name.clone(),
-        cluster: set.cluster.clone(),
-    };
     let notify = if notify_enabled {
         role_changes(&info, &controller.liveness().alive_in(name, now_ms))
     } else {
@@ -370,26 +355,25 @@ fn sync_state_set_body(info: &MasterInfo) -> Vec<u8> {
     })
 }
 
-fn register_broker(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+async fn register_broker(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = RegisterBrokerToControllerRequestHeader::from_ext(ext_or_err(request)?)?;
     let controller = call.controller;
-    let mut state = controller.state();
-    let decided = state.register(
-        &header.broker_name,
-        header.broker_id,
-        &header.broker_address,
-        &controller.liveness(),
-        call.now_ms,
-    );
-    let (moved, info) = match decided {
-        Ok(decided) => decided,
+    let registered = controller
+        .change(|state, liveness| {
+            let (moved, info) = state.register(
+                &header.broker_name,
+                header.broker_id,
+                &header.broker_address,
+                liveness,
+                call.now_ms,
+            )?;
+            Ok((moved.into_iter().collect(), info))
+        })
+        .await;
+    let info = match registered {
+        Ok(info) => info,
         Err(refusal) => return Ok(refused(request, refusal)),
     };
-    if let Some(event) = moved {
-        if let Err(error) = controller.commit(&mut state, &[event]) {
-            return Ok(not_kept(request, error));
-        }
-    }
     let mut ext = ExtFields::new()
         .with("clusterName", header.cluster_name)
         .with("brokerName", header.broker_name);
@@ -406,9 +390,15 @@ fn register_broker(call: &Call, request: &Command) -> Result<Handled, HeaderErro
         .into())
 }
 
-fn replica_info(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn replica_info(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = GetReplicaInfoRequestHeader::from_ext(ext_or_err(request)?)?;
-    let info = match call.controller.state().replica_info(&header.broker_name) {
+    if let Err(refusal) = call.controller.must_lead() {
+        return Ok(refused(request, refusal));
+    }
+    let info = match call
+        .controller
+        .read(|state| state.replica_info(&header.broker_name))
+    {
         Ok(info) => info,
         Err(refusal) => return Ok(refused(request, refusal)),
     };
@@ -421,22 +411,31 @@ fn replica_info(call: &Call, request: &Command) -> Result<Handled, HeaderError> 
         .into())
 }
 
-fn metadata(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn metadata(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let controller = call.controller;
+    let leader = controller.leader();
     let config = controller.config();
-    let ext = ExtFields::new()
+    let mut ext = ExtFields::new()
         .with("group", config.group.clone())
-        .with("controllerLeaderId", config.self_id.clone())
-        .with("controllerLeaderAddress", controller.address().to_string())
-        .with("isLeader", true)
+        .with(
+            "controllerLeaderId",
+            leader
+                .as_ref()
+                .map(|(id, _)| id.clone())
+                .unwrap_or_default(),
+        )
+        .with("isLeader", controller.is_leader())
         .with("peers", config.peers_text());
+    if let Some((_, address)) = leader {
+        ext = ext.with("controllerLeaderAddress", address);
+    }
     Ok(request
         .response_to(response_code::SUCCESS)
         .with_ext(ext)
         .into())
 }
 
-fn sync_state_data(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn sync_state_data(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let names: Vec<String> = match body::from_json(&request.body) {
         Ok(names) => names,
         Err(_) => {
@@ -447,46 +446,50 @@ fn sync_state_data(call: &Call, request: &Command) -> Result<Handled, HeaderErro
         }
     };
     let controller = call.controller;
-    let state = controller.state();
+    if let Err(refusal) = controller.must_lead() {
+        return Ok(refused(request, refusal));
+    }
     let liveness = controller.liveness();
     let mut table = std::collections::BTreeMap::new();
-    for name in names {
-        let Some(set) = state.set(&name) else {
-            continue;
-        };
-        let identity = |id: i64, address: &str| ReplicaIdentity {
-            alive: liveness.is_alive(&name, id, call.now_ms),
-            broker_address: address.to_string(),
-            broker_id: id,
-            broker_name: name.clone(),
-        };
-        let (in_sync, not_in_sync): (Vec<_>, Vec<_>) = set
-            .brokers
-            .iter()
-            .map(|(id, replica)| {
-                (
-                    set.sync_state_set.contains(id),
-                    identity(*id, &replica.address),
-                )
-            })
-            .partition(|(in_sync, _)| *in_sync);
-        let info = set.master_info();
-        table.insert(
-            name.clone(),
-            ReplicasInfo {
-                in_sync_replicas: in_sync.into_iter().map(|(_, r)| r).collect(),
-                master_address: info
-                    .master
-                    .as_ref()
-                    .map(|(_, a)| a.clone())
-                    .unwrap_or_default(),
-                master_broker_id: info.master.as_ref().map_or(-1, |(id, _)| *id),
-                master_epoch: info.master_epoch,
-                not_in_sync_replicas: not_in_sync.into_iter().map(|(_, r)| r).collect(),
-                sync_state_set_epoch: info.sync_state_set_epoch,
-            },
-        );
-    }
+    controller.read(|state| {
+        for name in names {
+            let Some(set) = state.set(&name) else {
+                continue;
+            };
+            let identity = |id: i64, address: &str| ReplicaIdentity {
+                alive: liveness.is_alive(&name, id, call.now_ms),
+                broker_address: address.to_string(),
+                broker_id: id,
+                broker_name: name.clone(),
+            };
+            let (in_sync, not_in_sync): (Vec<_>, Vec<_>) = set
+                .brokers
+                .iter()
+                .map(|(id, replica)| {
+                    (
+                        set.sync_state_set.contains(id),
+                        identity(*id, &replica.address),
+                    )
+                })
+                .partition(|(in_sync, _)| *in_sync);
+            let info = set.master_info();
+            table.insert(
+                name.clone(),
+                ReplicasInfo {
+                    in_sync_replicas: in_sync.into_iter().map(|(_, r)| r).collect(),
+                    master_address: info
+                        .master
+                        .as_ref()
+                        .map(|(_, a)| a.clone())
+                        .unwrap_or_default(),
+                    master_broker_id: info.master.as_ref().map_or(-1, |(id, _)| *id),
+                    master_epoch: info.master_epoch,
+                    not_in_sync_replicas: not_in_sync.into_iter().map(|(_, r)| r).collect(),
+                    sync_state_set_epoch: info.sync_state_set_epoch,
+                },
+            );
+        }
+    });
     let answer = BrokerReplicasInfo {
         replicas_info_table: table,
     };
@@ -499,7 +502,7 @@ fn sync_state_data(call: &Call, request: &Command) -> Result<Handled, HeaderErro
 /// UPDATE_CONTROLLER_CONFIG: the keys a running controller takes (`enableElectUncleanMaster`,
 /// `notifyBrokerRoleChanged`, `electMasterMaxRetryCount`, `scanNotActiveBrokerInterval`);
 /// where it keeps its state and who its peers are cannot change while it runs.
-fn update_config(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn update_config(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     const FIXED: [&str; 6] = [
         "configBlackList",
         "configStorePath",
@@ -536,7 +539,7 @@ fn update_config(call: &Call, request: &Command) -> Result<Handled, HeaderError>
     }
 }
 
-fn get_config(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn get_config(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let text = call.controller.config().properties();
     Ok(request
         .response_to(response_code::SUCCESS)
@@ -544,30 +547,35 @@ fn get_config(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
         .into())
 }
 
-fn clean_broker_data(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+async fn clean_broker_data(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = CleanControllerBrokerDataRequestHeader::from_ext(ext_or_err(request)?)?;
-    let controller = call.controller;
-    let mut state = controller.state();
-    let decided = state.clean(
-        &header.broker_name,
-        header.broker_controller_ids_to_clean.as_deref(),
-        header.is_clean_living_broker,
-        &controller.liveness(),
-        call.now_ms,
-    );
-    let event = match decided {
-        Ok(event) => event,
-        Err(refusal) => return Ok(refused(request, refusal)),
-    };
-    if let Err(error) = controller.commit(&mut state, &[event]) {
-        return Ok(not_kept(request, error));
+    let cleaned = call
+        .controller
+        .change(|state, liveness| {
+            let event = state.clean(
+                &header.broker_name,
+                header.broker_controller_ids_to_clean.as_deref(),
+                header.is_clean_living_broker,
+                liveness,
+                call.now_ms,
+            )?;
+            Ok((vec![event], ()))
+        })
+        .await;
+    match cleaned {
+        Ok(()) => Ok(request.response_to(response_code::SUCCESS).into()),
+        Err(refusal) => Ok(refused(request, refusal)),
     }
-    Ok(request.response_to(response_code::SUCCESS).into())
 }
 
-fn next_broker_id(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+fn next_broker_id(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = GetNextBrokerIdRequestHeader::from_ext(ext_or_err(request)?)?;
-    let next = call.controller.state().next_broker_id(&header.broker_name);
+    if let Err(refusal) = call.controller.must_lead() {
+        return Ok(refused(request, refusal));
+    }
+    let next = call
+        .controller
+        .read(|state| state.next_broker_id(&header.broker_name));
     let ext = ExtFields::new()
         .with("clusterName", header.cluster_name)
         .with("brokerName", header.broker_name)
@@ -578,26 +586,24 @@ fn next_broker_id(call: &Call, request: &Command) -> Result<Handled, HeaderError
         .into())
 }
 
-fn apply_broker_id(call: &Call, request: &Command) -> Result<Handled, HeaderError> {
+async fn apply_broker_id(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
     let header = ApplyBrokerIdRequestHeader::from_ext(ext_or_err(request)?)?;
     let controller = call.controller;
     let brokers_max = controller.config().brokers_max;
-    let mut state = controller.state();
-    let decided = state.apply_broker_id(
-        &header.cluster_name,
-        &header.broker_name,
-        header.applied_broker_id,
-        &header.register_check_code,
-        brokers_max,
-    );
-    match decided {
-        Ok(Some(event)) => {
-            if let Err(error) = controller.commit(&mut state, &[event]) {
-                return Ok(not_kept(request, error));
-            }
-        }
-        Ok(None) => {}
-        Err(refusal) => return Ok(refused(request, refusal)),
+    let applied = controller
+        .change(|state, _| {
+            let event = state.apply_broker_id(
+                &header.cluster_name,
+                &header.broker_name,
+                header.applied_broker_id,
+                &header.register_check_code,
+                brokers_max,
+            )?;
+            Ok((event.into_iter().collect(), ()))
+        })
+        .await;
+    if let Err(refusal) = applied {
+        return Ok(refused(request, refusal));
     }
     let ext = ExtFields::new()
         .with("clusterName", header.cluster_name)

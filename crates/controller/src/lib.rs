@@ -6,18 +6,23 @@
 //!
 //! - `replicas`: the state and its events, and the decisions each request makes from it (pure);
 //! - `liveness`: heartbeats, per node;
-//! - `node`: one node, whose changes are written whole and fsynced before they are applied;
+//! - `raft`: the state replicated over the nodes with openraft: the log, the state machine and
+//!   the transport between nodes;
+//! - `node`: one node, whose changes are decided on the leader and committed by a majority
+//!   before they are answered;
 //! - `handle`: requests to answers; `server`: the TCP shell, the inactive-broker scan, the
 //!   elections it starts and the role changes it sends;
 //! - `config`: RocketMQ's controller keys.
 //!
 //! A node runs in a name server (`enableControllerInNamesrv`) or on its own (`quiver
-//! controller`), on its own address from `controllerDLegerPeers`.
+//! controller`), on its own address from `controllerDLegerPeers`, where the other nodes reach
+//! it too.
 
 pub mod config;
 pub mod handle;
 pub mod liveness;
 pub mod node;
+pub mod raft;
 pub mod replicas;
 pub mod server;
 

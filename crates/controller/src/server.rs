@@ -16,6 +16,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::handle::{self, Call};
 use crate::node::Controller;
+use crate::raft;
 use crate::replicas::ElectionBy;
 
 /// A connection with no frame for this long is closed; brokers heartbeat every second.
@@ -46,7 +47,10 @@ pub async fn run(
     scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = shutdown.changed() => {
+                controller.shutdown().await;
+                break;
+            }
             _ = scan.tick() => {
                 let gone = controller.liveness().expire(now_ms());
                 for (name, id) in &gone {
@@ -110,19 +114,16 @@ async fn serve_connection(
             if request.is_response() {
                 continue;
             }
-            let owner = controller.clone();
-            let asked = request.clone();
-            // Changes are fsynced: decided and committed off the runtime's workers.
-            let handled = tokio::task::spawn_blocking(move || {
+            let handled = if raft::is_raft_request(request.code) {
+                raft::serve(controller.raft(), &request).await.into()
+            } else {
                 let call = Call {
-                    controller: &owner,
+                    controller,
                     connection,
                     now_ms: now_ms(),
                 };
-                handle::handle(&call, &asked)
-            })
-            .await
-            .map_err(std::io::Error::other)?;
+                handle::handle(&call, &request).await
+            };
             send_role_changes(handled.notify);
             if !request.is_oneway() {
                 encode_response(&request, &handled.response, &mut output);
@@ -154,44 +155,36 @@ fn encode_response(request: &Command, response: &Command, output: &mut BytesMut)
 /// leader does when a broker goes inactive and on its periodic scan, up to
 /// `electMasterMaxRetryCount` times a set.
 async fn elect_where_masters_are_gone(controller: &Arc<Controller>) {
-    let owner = controller.clone();
-    let orphaned = tokio::task::spawn_blocking(move || {
-        let now = now_ms();
-        let state = owner.state();
-        let liveness = owner.liveness();
-        state
-            .sets()
-            .filter(|set| {
-                let master_alive = set
-                    .master
-                    .is_some_and(|master| liveness.is_alive(&set.name, master, now));
-                let master_known = set.master.is_some() || set.master_epoch > 0;
-                master_known && !master_alive && !liveness.alive_in(&set.name, now).is_empty()
-            })
-            .map(|set| set.name.clone())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap_or_default();
+    if !controller.is_leader() {
+        return;
+    }
+    let now = now_ms();
+    let orphaned: Vec<String> = {
+        let liveness = controller.liveness();
+        controller.read(|state| {
+            state
+                .sets()
+                .filter(|set| {
+                    let master_alive = set
+                        .master
+                        .is_some_and(|master| liveness.is_alive(&set.name, master, now));
+                    let master_known = set.master.is_some() || set.master_epoch > 0;
+                    master_known && !master_alive && !liveness.alive_in(&set.name, now).is_empty()
+                })
+                .map(|set| set.name.clone())
+                .collect()
+        })
+    };
     let retries = controller.config().elect_master_retries;
     for name in orphaned {
         for attempt in 1..=retries {
-            let owner = controller.clone();
-            let set = name.clone();
-            let elected = tokio::task::spawn_blocking(move || {
-                handle::elect(&owner, &set, ElectionBy::Controller, now_ms())
-            })
-            .await;
-            let Ok(handle::Election {
+            let handle::Election {
                 code,
                 remark,
                 info,
                 notify,
                 ..
-            }) = elected
-            else {
-                break;
-            };
+            } = handle::elect(controller, &name, ElectionBy::Controller, now_ms()).await;
             send_role_changes(notify);
             match code {
                 response_code::SUCCESS | response_code::CONTROLLER_MASTER_STILL_EXIST => break,
@@ -201,7 +194,9 @@ async fn elect_where_masters_are_gone(controller: &Arc<Controller>) {
                         master_epoch = info.master_epoch, "no master elected"
                     );
                     // The same answer again is likely until a heartbeat changes something.
-                    if code == response_code::CONTROLLER_MASTER_NOT_AVAILABLE {
+                    if code == response_code::CONTROLLER_MASTER_NOT_AVAILABLE
+                        || code == response_code::CONTROLLER_NOT_LEADER
+                    {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(ELECTION_RETRY_MS)).await;

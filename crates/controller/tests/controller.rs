@@ -14,7 +14,7 @@ use quiver_wire::body::{self, BrokerReplicasInfo, ElectMasterResponseBody, SyncS
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::{Command, Encoding, ExtFields};
 
-const WAIT: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(30);
 
 /// A controller node serving on a free loopback port from its own runtime thread, until
 /// dropped.
@@ -25,9 +25,17 @@ struct Running {
 }
 
 impl Running {
+    /// A group of one on a free port, once it leads.
     fn start(config: ControllerConfig) -> Running {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Running::start_on(listener, config, true)
+    }
+
+    /// A node on `listener`, once it is open (and leads, with `lead`).
+    fn start_on(listener: TcpListener, config: ControllerConfig, lead: bool) -> Running {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        listener.set_nonblocking(true).unwrap();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -35,9 +43,15 @@ impl Running {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 let address = listener.local_addr().unwrap();
-                let controller = Arc::new(Controller::open(config, address).unwrap());
+                let controller = Arc::new(Controller::open(config, address).await.unwrap());
+                // A group of one elects itself after an election timeout.
+                let deadline = Instant::now() + WAIT;
+                while lead && !controller.is_leader() {
+                    assert!(Instant::now() < deadline, "no leader within {WAIT:?}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 ready_tx.send(address).unwrap();
                 quiver_controller::run(listener, controller, stopped).await;
             });
@@ -408,4 +422,160 @@ fn bad_requests_get_clear_refusals_and_the_broker_table_is_bounded() {
         ))
         .unwrap();
     assert_eq!(field(&metadata, "isLeader"), Some("true"));
+}
+
+/// Three nodes: `n0`, `n1`, `n2` on the given listeners' ports, each with its own store.
+fn three_node_configs(stores: &[std::path::PathBuf], ports: &[u16]) -> Vec<ControllerConfig> {
+    let peers: Vec<(String, SocketAddr)> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| (format!("n{i}"), SocketAddr::from(([127, 0, 0, 1], *port))))
+        .collect();
+    (0..3)
+        .map(|i| ControllerConfig {
+            group: "group1".into(),
+            peers: peers.clone(),
+            self_id: format!("n{i}"),
+            ..config(&stores[i])
+        })
+        .collect()
+}
+
+/// Which of `nodes` (by address) says it leads, once all that answer agree on one leader.
+fn leader_of(addresses: &[SocketAddr]) -> SocketAddr {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut leaders = Vec::new();
+        let mut says_leader = Vec::new();
+        for address in addresses {
+            let Ok(mut client) = WireClient::connect(*address, Encoding::Json) else {
+                continue;
+            };
+            let Ok(answer) = client.call(Command::request(
+                request_code::CONTROLLER_GET_METADATA_INFO,
+                Encoding::Json,
+            )) else {
+                continue;
+            };
+            leaders.push(field(&answer, "controllerLeaderAddress").map(str::to_string));
+            if field(&answer, "isLeader") == Some("true") {
+                says_leader.push(*address);
+            }
+        }
+        let agreed = leaders.len() == addresses.len()
+            && leaders.iter().all(|l| l.is_some() && *l == leaders[0]);
+        if agreed && says_leader.len() == 1 {
+            assert_eq!(
+                leaders[0].as_deref(),
+                Some(says_leader[0].to_string().as_str())
+            );
+            return says_leader[0];
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agreed leader within {WAIT:?}: {leaders:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn three_nodes_keep_elections_and_ids_through_the_loss_of_their_leader() {
+    let stores: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let paths: Vec<std::path::PathBuf> = stores.iter().map(|d| d.path().to_path_buf()).collect();
+    let listeners: Vec<TcpListener> = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let configs = three_node_configs(&paths, &ports);
+    let mut nodes: Vec<Option<Running>> = listeners
+        .into_iter()
+        .zip(configs.iter().cloned())
+        .map(|(listener, config)| Some(Running::start_on(listener, config, false)))
+        .collect();
+    let addresses: Vec<SocketAddr> = nodes.iter().map(|n| n.as_ref().unwrap().address).collect();
+    let leader = leader_of(&addresses);
+    let leader_index = addresses.iter().position(|a| *a == leader).unwrap();
+
+    // A broker joins through the leader and heartbeats to every node, as RocketMQ's do.
+    let running_leader = nodes[leader_index].as_ref().unwrap();
+    let mut broker = FakeBroker::join(running_leader);
+    let mut beats: Vec<WireClient> = addresses
+        .iter()
+        .map(|a| WireClient::connect(*a, Encoding::Json).unwrap())
+        .collect();
+    let beat = |client: &mut WireClient, id: i64, address: &str| {
+        let ext = ExtFields::new()
+            .with("clusterName", "DefaultCluster")
+            .with("brokerAddr", address)
+            .with("brokerName", "broker-a")
+            .with("brokerId", id)
+            .with("epoch", 1)
+            .with("maxOffset", 0)
+            .with("heartbeatTimeoutMills", 10_000);
+        let answer = client
+            .call(request(request_code::BROKER_HEARTBEAT, ext))
+            .unwrap();
+        assert_eq!(answer.code, response_code::SUCCESS);
+    };
+    for client in &mut beats {
+        beat(client, broker.id, &broker.address());
+    }
+    broker.register();
+    let elect = ExtFields::new()
+        .with("clusterName", "DefaultCluster")
+        .with("brokerName", "broker-a")
+        .with("brokerId", broker.id);
+    let elected = broker
+        .client
+        .call(request(request_code::CONTROLLER_ELECT_MASTER, elect))
+        .unwrap();
+    assert_eq!(elected.code, response_code::SUCCESS, "{:?}", elected.remark);
+
+    // A follower refuses changes and points at the leader.
+    let follower = (leader_index + 1) % 3;
+    let mut at_follower = WireClient::connect(addresses[follower], Encoding::Json).unwrap();
+    let refused = at_follower
+        .call(request(
+            request_code::CONTROLLER_GET_NEXT_BROKER_ID,
+            ExtFields::new()
+                .with("clusterName", "DefaultCluster")
+                .with("brokerName", "broker-a"),
+        ))
+        .unwrap();
+    assert_eq!(refused.code, response_code::CONTROLLER_NOT_LEADER);
+
+    // The leader goes; the two left elect one that has the election and the ids.
+    drop(beats);
+    drop(broker);
+    nodes[leader_index] = None;
+    let remaining: Vec<SocketAddr> = addresses.iter().copied().filter(|a| *a != leader).collect();
+    let new_leader = leader_of(&remaining);
+    assert_ne!(new_leader, leader);
+    let mut client = WireClient::connect(new_leader, Encoding::Json).unwrap();
+    let info = replica_info(&mut client);
+    assert_eq!(info.code, response_code::SUCCESS, "{:?}", info.remark);
+    assert_eq!(field(&info, "masterBrokerId"), Some("1"));
+    assert_eq!(field(&info, "masterEpoch"), Some("1"));
+    let next = client
+        .call(request(
+            request_code::CONTROLLER_GET_NEXT_BROKER_ID,
+            ExtFields::new()
+                .with("clusterName", "DefaultCluster")
+                .with("brokerName", "broker-a"),
+        ))
+        .unwrap();
+    assert_eq!(field(&next, "nextBrokerId"), Some("2"));
+
+    // The old leader comes back on its own store and follows.
+    let listener = TcpListener::bind(leader).unwrap();
+    nodes[leader_index] = Some(Running::start_on(
+        listener,
+        configs[leader_index].clone(),
+        false,
+    ));
+    assert_eq!(leader_of(&addresses), new_leader);
 }

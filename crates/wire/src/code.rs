@@ -86,6 +86,10 @@ pub mod request_code {
     pub const CLEAN_BROKER_DATA: i32 = 1011;
     pub const CONTROLLER_GET_NEXT_BROKER_ID: i32 = 1012;
     pub const CONTROLLER_APPLY_BROKER_ID: i32 = 1013;
+    // Quiver's own, between the nodes of its controller: openraft's requests as JSON bodies.
+    pub const QUIVER_RAFT_APPEND_ENTRIES: i32 = 9901;
+    pub const QUIVER_RAFT_VOTE: i32 = 9902;
+    pub const QUIVER_RAFT_INSTALL_SNAPSHOT: i32 = 9903;
     pub const POP_MESSAGE: i32 = 200050;
     pub const ACK_MESSAGE: i32 = 200051;
     pub const PEEK_MESSAGE: i32 = 200052;
