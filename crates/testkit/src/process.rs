@@ -18,6 +18,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Started {
     pub namesrv: Option<SocketAddr>,
     pub broker: Option<SocketAddr>,
+    pub controller: Option<SocketAddr>,
 }
 
 pub struct QuiverProcess {
@@ -135,6 +136,12 @@ impl QuiverProcess {
         self.started.broker.expect("this process runs no broker")
     }
 
+    pub fn controller(&self) -> SocketAddr {
+        self.started
+            .controller
+            .expect("this process runs no controller")
+    }
+
     pub fn namesrv(&self) -> SocketAddr {
         self.started
             .namesrv
@@ -196,6 +203,7 @@ fn parse_ready(line: &str) -> anyhow::Result<Started> {
     let mut started = Started {
         namesrv: None,
         broker: None,
+        controller: None,
     };
     for word in line.split_whitespace().skip(1) {
         let (key, value) = word
@@ -207,6 +215,7 @@ fn parse_ready(line: &str) -> anyhow::Result<Started> {
         match key {
             "namesrv" => started.namesrv = Some(addr),
             "broker" => started.broker = Some(addr),
+            "controller" => started.controller = Some(addr),
             _ => {}
         }
     }
