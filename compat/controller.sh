@@ -7,12 +7,16 @@
 # RocketMQ's producer sends (compat/controller/Failover.java), the master is killed with
 # SIGKILL, and the controller must elect the other with a higher epoch, the producer carry on
 # on it, and a new consumer group read every message that was acknowledged, before and after.
-# Prints the time from the kill to the first acknowledgement by the new master.
+# Prints the time from the kill to the first acknowledgement by the new master. Then the same
+# with three `quiver controller` processes as the controller, killing its leader node together
+# with the master: a new leader must still elect the other broker, with nothing acknowledged
+# lost.
 #
 #   compat/controller.sh                      build quiver (debug) and run
 #   QUIVER_BINARY=path compat/controller.sh   use that binary, build nothing
-#   CONTROLLER=rocketmq compat/controller.sh  the same under Apache RocketMQ's own name server
+#   CONTROLLER=rocketmq compat/controller.sh  the first under Apache RocketMQ's own name server
 #                                             and controller, for comparison (bench/failover.sh)
+#   THREE_NODES=0 compat/controller.sh        only the first
 #
 # The reference brokers bind their HA ports on every interface, so everything runs inside a
 # private network namespace that has only `lo` (root and `unshare`); without them this prints
@@ -28,8 +32,8 @@ QUEUES=4
 # Acknowledged messages wanted before the kill and after it.
 ACKED_BEFORE=300
 ACKED_AFTER=300
-# The whole run inside the namespace; it takes about a minute and a half on 2 cores.
-RUN_TIMEOUT_S=300
+# The whole run inside the namespace; it takes about three minutes on 2 cores.
+RUN_TIMEOUT_S=420
 BROKER_HEAP=512m
 CONTROLLER="${CONTROLLER:-quiver}"
 
@@ -51,12 +55,12 @@ failover_tool() {
     timeout -k 5 150 "${JAVA[@]}" -Xmx256m "${QUIET[@]}" "$COMPAT/controller/Failover.java" "$@"
 }
 
-# Waits up to $2 seconds until getSyncStateSet says broker-a's master is at $1 with $3 replicas
-# in sync; leaves the last answer in $dir/sync-state-set.out.
+# Waits up to $2 seconds until getSyncStateSet, asked of the controller at $any, says broker-a's
+# master is at $1 with $3 replicas in sync; leaves the last answer in $dir/sync-state-set.out.
 wait_for_sync_state_set() {
     local master="$1" deadline=$((SECONDS + $2)) members="$3"
     while [ "$SECONDS" -lt "$deadline" ]; do
-        if admin getSyncStateSet -a 127.0.0.1:9878 -b broker-a >"$dir/sync-state-set.out" 2>&1 &&
+        if admin getSyncStateSet -a "$any" -b broker-a >"$dir/sync-state-set.out" 2>&1 &&
             grep -q "#MasterAddr[[:space:]]*$master" "$dir/sync-state-set.out" &&
             grep -q "#SyncStateSetNums[[:space:]]*$members" "$dir/sync-state-set.out"; then
             return 0
@@ -70,10 +74,36 @@ wait_for_sync_state_set() {
 
 field() { sed -n "s/^#$1[[:space:]]*//p" "$2" | head -n 1; }
 
-rocketmq_brokers_fail_over_under_a_controller() {
-    dir="$WORK/reference-brokers"
-    mkdir -p "$dir"
-    log "Apache RocketMQ 5.5.0 brokers under the $CONTROLLER controller"
+# Starts the name server and the controller: Quiver's in its name server (one node), RocketMQ's
+# in its name server (CONTROLLER=rocketmq), or with 3 nodes three `quiver controller` processes
+# next to a `quiver namesrv`. Sets CONTROLLERS (the brokers' controllerAddr) and, for three
+# nodes, CONTROLLER_PIDS by address.
+start_controllers() {
+    local nodes="$1" i peers=""
+    declare -gA CONTROLLER_PIDS=()
+    if [ "$nodes" = 3 ]; then
+        for i in 0 1 2; do
+            peers+="${peers:+;}n$i-127.0.0.1:98$((7 - i))8"
+        done
+        printf 'listenPort=9876\n' >"$dir/namesrv.conf"
+        "$QUIVER_BINARY" namesrv -c "$dir/namesrv.conf" >"$dir/namesrv.out" 2>"$dir/namesrv.log" &
+        PIDS+=("$!")
+        wait_for_line "$dir/namesrv.out" '^ready ' 30
+        CONTROLLERS=""
+        for i in 0 1 2; do
+            printf 'controllerDLegerGroup=group1\ncontrollerDLegerPeers=%s\ncontrollerDLegerSelfId=n%s\ncontrollerStorePath=%s\n' \
+                "$peers" "$i" "$dir/controller-$i" >"$dir/controller-$i.conf"
+            "$QUIVER_BINARY" controller -c "$dir/controller-$i.conf" >"$dir/controller-$i.out" 2>"$dir/controller-$i.log" &
+            PIDS+=("$!")
+            CONTROLLER_PIDS["127.0.0.1:98$((7 - i))8"]=$!
+            CONTROLLERS+="${CONTROLLERS:+;}127.0.0.1:98$((7 - i))8"
+        done
+        for i in 0 1 2; do
+            wait_for_line "$dir/controller-$i.out" '^ready ' 30
+        done
+        return
+    fi
+    CONTROLLERS=127.0.0.1:9878
     cat >"$dir/namesrv.conf" <<EOF
 listenPort=9876
 enableControllerInNamesrv=true
@@ -98,6 +128,13 @@ EOF
             ;;
         *) log "CONTROLLER is quiver or rocketmq, not $CONTROLLER"; return 1 ;;
     esac
+}
+
+# The scenario: $1 controller nodes (1 or 3); with $2 = leader-too, the controller's leader node
+# is killed together with the master.
+fail_over() {
+    local nodes="$1" also="${2:-}"
+    start_controllers "$nodes"
     local n pids=()
     for n in 1 2; do
         cat >"$dir/broker-$n.conf" <<EOF
@@ -106,7 +143,7 @@ brokerName=broker-a
 brokerId=-1
 brokerRole=SLAVE
 enableControllerMode=true
-controllerAddr=127.0.0.1:9878
+controllerAddr=$CONTROLLERS
 allAckInSyncStateSet=true
 namesrvAddr=127.0.0.1:9876
 brokerIP1=127.0.0.1
@@ -118,10 +155,11 @@ EOF
         reference_broker "$dir/broker-$n" "$dir/broker-$n.conf"
         pids+=("$BROKER_PID")
     done
+    local any="${CONTROLLERS%%;*}"
     # The first to register is elected; the other follows it and joins the SyncStateSet.
     local deadline=$((SECONDS + 90)) master=""
     while [ "$SECONDS" -lt "$deadline" ] && [ -z "$master" ]; do
-        admin getSyncStateSet -a 127.0.0.1:9878 -b broker-a >"$dir/sync-state-set.out" 2>&1 || true
+        admin getSyncStateSet -a "$any" -b broker-a >"$dir/sync-state-set.out" 2>&1 || true
         if grep -q "#SyncStateSetNums[[:space:]]*2" "$dir/sync-state-set.out"; then
             master="$(field MasterAddr "$dir/sync-state-set.out")"
         else
@@ -132,9 +170,11 @@ EOF
     local epoch
     epoch="$(field MasterEpoch "$dir/sync-state-set.out")"
     log "master $master at epoch $epoch, both replicas in sync"
-    admin getControllerMetaData -a 127.0.0.1:9878 >"$dir/metadata.out" 2>&1
-    grep -q "#ControllerLeaderAddress[[:space:]]*127.0.0.1:9878" "$dir/metadata.out" ||
-        { cat "$dir/metadata.out" >&2; return 1; }
+    admin getControllerMetaData -a "$any" >"$dir/metadata.out" 2>&1
+    local leader
+    leader="$(field ControllerLeaderAddress "$dir/metadata.out")"
+    [ -n "$leader" ] || { cat "$dir/metadata.out" >&2; return 1; }
+    log "controller leader $leader"
     local other master_pid
     if [ "$master" = 127.0.0.1:31911 ]; then
         other=127.0.0.1:32911
@@ -160,8 +200,16 @@ EOF
     local killed_ms before
     before="$(wc -l <"$acked")"
     killed_ms="$(date +%s%3N)"
-    kill -9 "$master_pid"
-    log "killed the master $master after $before acknowledgements"
+    if [ "$also" = leader-too ]; then
+        kill -9 "${CONTROLLER_PIDS[$leader]}" "$master_pid"
+        log "killed the controller leader $leader and the master $master after $before acknowledgements"
+        any="${CONTROLLERS/$leader/}"
+        any="${any#;}"
+        any="${any%%;*}"
+    else
+        kill -9 "$master_pid"
+        log "killed the master $master after $before acknowledgements"
+    fi
     wait_for_sync_state_set "$other" 60 1
     local new_epoch
     new_epoch="$(field MasterEpoch "$dir/sync-state-set.out")"
@@ -183,9 +231,28 @@ EOF
     failover_tool check 127.0.0.1:9876 "$TOPIC" "$acked" 60 | tee "$dir/check.out"
 }
 
+
+rocketmq_brokers_fail_over_under_a_controller() {
+    dir="$WORK/reference-brokers"
+    mkdir -p "$dir"
+    log "Apache RocketMQ 5.5.0 brokers under the $CONTROLLER controller"
+    fail_over 1
+}
+
+rocketmq_brokers_fail_over_when_the_controller_leader_dies_with_the_master() {
+    dir="$WORK/three-controllers"
+    mkdir -p "$dir"
+    log "Apache RocketMQ 5.5.0 brokers under three Quiver controller nodes; the leader node dies with the master"
+    fail_over 3 leader-too
+}
+
 inside() {
     WORK="$(mktemp -d -t quiver-controller.XXXXXX)"
-    run_scenarios "controller mode" rocketmq_brokers_fail_over_under_a_controller:reference-brokers
+    local scenarios=(rocketmq_brokers_fail_over_under_a_controller:reference-brokers)
+    if [ "$CONTROLLER" = quiver ] && [ "${THREE_NODES:-1}" = 1 ]; then
+        scenarios+=(rocketmq_brokers_fail_over_when_the_controller_leader_dies_with_the_master:three-controllers)
+    fi
+    run_scenarios "controller mode" "${scenarios[@]}"
 }
 
 if [ "${1:-}" = --inside-namespace ]; then

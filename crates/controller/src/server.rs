@@ -45,11 +45,28 @@ pub async fn run(
     let scan_ms = controller.config().scan_interval_ms;
     let mut scan = tokio::time::interval(Duration::from_millis(scan_ms));
     scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A node that becomes leader looks for sets without a master at once: the old leader may
+    // have died with a master, and its followers elect nothing.
+    let mut raft_metrics = controller.raft().metrics();
+    let mut was_leader = controller.is_leader();
+    let mut raft_running = true;
     loop {
         tokio::select! {
             _ = shutdown.changed() => {
                 controller.shutdown().await;
                 break;
+            }
+            changed = raft_metrics.changed(), if raft_running => {
+                if changed.is_err() {
+                    raft_running = false;
+                    continue;
+                }
+                let leads = controller.is_leader();
+                if leads && !was_leader {
+                    tracing::info!(node = %controller.address(), "this controller node leads");
+                    elect_where_masters_are_gone(&controller).await;
+                }
+                was_leader = leads;
             }
             _ = scan.tick() => {
                 let gone = controller.liveness().expire(now_ms());
