@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 /// Replicas registered in all broker sets, and brokers whose heartbeats are tracked, at most.
 pub const BROKERS_MAX_DEFAULT: usize = 10_000;
+/// Bytes of requests not yet whole that the controller holds for all connections together.
+pub const BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControllerConfig {
@@ -31,6 +33,8 @@ pub struct ControllerConfig {
     pub brokers_max: usize,
     /// Connections served at once.
     pub connections_max: usize,
+    /// `quiverControllerBytesMax`: bytes of requests not yet whole held for all connections.
+    pub bytes_max: usize,
 }
 
 impl Default for ControllerConfig {
@@ -47,6 +51,7 @@ impl Default for ControllerConfig {
             elect_master_retries: 3,
             brokers_max: BROKERS_MAX_DEFAULT,
             connections_max: 10_000,
+            bytes_max: BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -105,6 +110,7 @@ impl ControllerConfig {
                 "notifyBrokerRoleChanged" => self.notify_broker_role_changed = flag()?,
                 "electMasterMaxRetryCount" => self.elect_master_retries = number(1, 100)? as u32,
                 "quiverControllerBrokersMax" => self.brokers_max = number(1, 1_000_000)? as usize,
+                "quiverControllerBytesMax" => self.bytes_max = number(64 * 1024, 1 << 34)? as usize,
                 "controllerType" if value.eq_ignore_ascii_case("DLedger") => {}
                 "controllerType" => {
                     return Err(bad(
@@ -170,6 +176,7 @@ impl ControllerConfig {
                 self.elect_master_retries.to_string(),
             ),
             ("quiverControllerBrokersMax", self.brokers_max.to_string()),
+            ("quiverControllerBytesMax", self.bytes_max.to_string()),
         ]
         .iter()
         .map(|(key, value)| format!("{key}={value}\n"))

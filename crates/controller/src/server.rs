@@ -3,7 +3,7 @@
 //! sets whose master is gone; and the role changes sent to brokers after an election.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,7 +12,7 @@ use quiver_wire::code::response_code;
 use quiver_wire::{decode_frame, encode_frame, Command};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::handle::{self, Call};
 use crate::node::Controller;
@@ -21,6 +21,66 @@ use crate::replicas::ElectionBy;
 
 /// A connection with no frame for this long is closed; brokers heartbeat every second.
 const IDLE_TIMEOUT_MS: u64 = 120_000;
+
+/// The bytes every connection holds of requests not yet whole, against
+/// `quiverControllerBytesMax`: a connection reads on only while the others hold less than it,
+/// so peers that announce large frames and send them slowly cannot make the controller hold
+/// more than the bound and one frame (16 MiB), and one frame larger than the bound still
+/// completes.
+pub struct InputBudget {
+    max: usize,
+    held: AtomicUsize,
+    freed: Notify,
+    said_full: AtomicBool,
+}
+
+impl InputBudget {
+    pub fn new(max: usize) -> InputBudget {
+        InputBudget {
+            max,
+            held: AtomicUsize::new(0),
+            freed: Notify::new(),
+            said_full: AtomicBool::new(false),
+        }
+    }
+
+    /// The bytes held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Moves a connection's share from `before` to `after` bytes.
+    fn update(&self, before: usize, after: usize) {
+        if after >= before {
+            self.held.fetch_add(after - before, Ordering::AcqRel);
+        } else {
+            let now = self.held.fetch_sub(before - after, Ordering::AcqRel) - (before - after);
+            if now < self.max {
+                self.said_full.store(false, Ordering::Release);
+                self.freed.notify_waiters();
+            }
+        }
+    }
+
+    /// Returns once the other connections, which hold all but `own`, hold less than the bound;
+    /// says so in the log once per fill.
+    async fn room(&self, own: usize) {
+        loop {
+            let freed = self.freed.notified();
+            if self.held().saturating_sub(own) < self.max {
+                return;
+            }
+            if !self.said_full.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    max = self.max,
+                    "the controller holds quiverControllerBytesMax of requests not yet whole: \
+                     reading waits"
+                );
+            }
+            freed.await;
+        }
+    }
+}
 /// How long sending a role change to a broker may take.
 const NOTIFY_TIMEOUT_MS: u64 = 3_000;
 /// Between elections retried for a set whose master is gone.
@@ -37,6 +97,17 @@ pub fn now_ms() -> i64 {
 pub async fn run(
     listener: TcpListener,
     controller: Arc<Controller>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let budget = Arc::new(InputBudget::new(controller.config().bytes_max));
+    run_with(listener, controller, budget, shutdown).await
+}
+
+/// `run`, with the budget of unread request bytes given (for a caller that watches it).
+pub async fn run_with(
+    listener: TcpListener,
+    controller: Arc<Controller>,
+    budget: Arc<InputBudget>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let connections_max = controller.config().connections_max;
@@ -90,8 +161,9 @@ pub async fn run(
                 };
                 let id = next_connection.fetch_add(1, Ordering::Relaxed);
                 let controller = controller.clone();
+                let budget = budget.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = serve_connection(stream, &controller, id).await {
+                    if let Err(error) = serve_connection(stream, &controller, id, &budget).await {
                         tracing::debug!(%peer, %error, "connection ended");
                     }
                     let gone = controller.liveness().connection_closed(id);
@@ -108,10 +180,26 @@ pub async fn run(
     }
 }
 
+/// Serves one connection, its unread request bytes charged to `budget` (and let go when it
+/// ends, however it ends).
 async fn serve_connection(
     stream: TcpStream,
     controller: &Arc<Controller>,
     connection: u64,
+    budget: &InputBudget,
+) -> std::io::Result<()> {
+    let mut held = 0;
+    let served = serve_requests(stream, controller, connection, budget, &mut held).await;
+    budget.update(held, 0);
+    served
+}
+
+async fn serve_requests(
+    stream: TcpStream,
+    controller: &Arc<Controller>,
+    connection: u64,
+    budget: &InputBudget,
+    held: &mut usize,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, mut writer) = stream.into_split();
@@ -151,11 +239,21 @@ async fn serve_connection(
                 output.clear();
             }
         }
+        budget.update(*held, input.len());
+        *held = input.len();
+        if tokio::time::timeout(idle, budget.room(*held))
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
         match tokio::time::timeout(idle, reader.read_buf(&mut input)).await {
             Ok(Ok(0)) | Err(_) => return Ok(()),
             Ok(Ok(_)) => {}
             Ok(Err(error)) => return Err(error),
         }
+        budget.update(*held, input.len());
+        *held = input.len();
     }
 }
 
@@ -251,4 +349,44 @@ async fn send_oneway(address: &str, request: &Command) -> std::io::Result<()> {
     encode_frame(request, &mut frame).map_err(std::io::Error::other)?;
     stream.write_all(&frame).await?;
     stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls `room` once: whether it is ready now.
+    async fn ready_now(budget: &InputBudget, own: usize) -> bool {
+        tokio::time::timeout(Duration::ZERO, budget.room(own))
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_connection_reads_only_while_the_others_hold_less_than_the_bound() {
+        let budget = Arc::new(InputBudget::new(100));
+        budget.update(0, 60);
+        assert!(ready_now(&budget, 0).await);
+        budget.update(0, 50);
+        assert_eq!(budget.held(), 110);
+        assert!(
+            !ready_now(&budget, 0).await,
+            "a third waits once the others hold 110"
+        );
+        assert!(
+            ready_now(&budget, 60).await,
+            "the first may finish its frame: the others hold 50"
+        );
+        let waiter = budget.clone();
+        let waiting = tokio::spawn(async move { waiter.room(0).await });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        // The first's request completes and its bytes are let go: the waiter reads.
+        budget.update(60, 0);
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken once there is room")
+            .unwrap();
+        assert_eq!(budget.held(), 50);
+    }
 }

@@ -579,3 +579,57 @@ fn three_nodes_keep_elections_and_ids_through_the_loss_of_their_leader() {
     ));
     assert_eq!(leader_of(&addresses), new_leader);
 }
+
+/// With `quiverControllerBytesMax` at its least (64 KiB), a request larger than the bound is
+/// still read whole and answered, and what the connections held is let go when they close.
+#[test]
+fn a_request_larger_than_the_byte_bound_completes_and_the_bytes_are_let_go() {
+    let store = tempfile::tempdir().unwrap();
+    let config = ControllerConfig {
+        bytes_max: 64 * 1024,
+        ..config(store.path())
+    };
+    let budget = Arc::new(quiver_controller::server::InputBudget::new(
+        config.bytes_max,
+    ));
+    let watched = budget.clone();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let controller = Arc::new(Controller::open(config, address).await.unwrap());
+            quiver_controller::server::run_with(listener, controller, budget, stopped).await;
+        });
+    });
+    // Comments only: a valid properties text of 300 KiB that changes nothing.
+    let text = "# padding padding padding padding padding padding padding padding\n".repeat(4_800);
+    assert!(text.len() > 300 * 1024);
+    let mut client = WireClient::connect(address, Encoding::Json).unwrap();
+    let answer = client
+        .call(
+            Command::request(request_code::UPDATE_CONTROLLER_CONFIG, Encoding::Json)
+                .with_body(text.into_bytes()),
+        )
+        .unwrap();
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    drop(client);
+    let deadline = Instant::now() + WAIT;
+    while watched.held() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} bytes still held",
+            watched.held()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.send(true).unwrap();
+    thread.join().unwrap();
+}
