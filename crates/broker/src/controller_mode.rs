@@ -30,8 +30,7 @@ use crate::clock::now_ms;
 use crate::config::BrokerRole;
 use crate::ha::controlled::{wanted_sync_set, Controlled, RoleChange, SyncSet};
 use crate::outbound::Link;
-use crate::role::{Following, RoleTasks};
-use crate::start::RoleSlot;
+use crate::role::{Following, RoleSlot, RoleTasks};
 use crate::state::Broker;
 
 /// RocketMQ's timeout for every call to a controller.

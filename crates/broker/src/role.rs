@@ -21,6 +21,9 @@ use crate::state::Broker;
 /// The background owners' scheduler: dropping the sender stops it.
 type Background = (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>);
 
+/// The tasks of the role the broker has now (none before the controller gives one).
+pub type RoleSlot = Arc<tokio::sync::Mutex<Option<RoleTasks>>>;
+
 /// The running tasks of one role.
 pub struct RoleTasks {
     stop: watch::Sender<bool>,

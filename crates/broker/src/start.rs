@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::clock::now_ms;
 use crate::config::{BrokerConfig, BrokerRole, RetentionRound};
 use crate::registration;
-use crate::role::{Following, RoleTasks};
+use crate::role::{Following, RoleSlot, RoleTasks};
 use crate::state::{Broker, Lifecycle, Persisted, StateError};
 
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
@@ -37,9 +37,6 @@ pub enum StartError {
     #[error("{0}")]
     Config(String),
 }
-
-/// The tasks of the role the broker has now (none before the controller gives one).
-pub type RoleSlot = Arc<tokio::sync::Mutex<Option<RoleTasks>>>;
 
 /// A started broker; `shutdown` stops it cleanly.
 pub struct RunningBroker {

@@ -392,8 +392,10 @@ pub(in crate::config) static BROKER: &[Key] = &[
         group: Group::Replication,
         default: "1",
         follows: None,
-        doc: "RocketMQ 5's replicas a send waits for: accepted and checked; SYNC_MASTER waits \
-              for one slave whatever it says.",
+        doc: "RocketMQ 5's replicas a send waits for: in controller mode without \
+              `allAckInSyncStateSet`, the master and this many less one SyncStateSet members; \
+              otherwise accepted and checked, and SYNC_MASTER waits for one slave whatever it \
+              says.",
         live: None,
         read: |reading, field| {
             field
@@ -408,8 +410,10 @@ pub(in crate::config) static BROKER: &[Key] = &[
         group: Group::Replication,
         default: "1",
         follows: None,
-        doc: "RocketMQ 5's fewest replicas a send may wait for: accepted and checked; \
-              SYNC_MASTER waits for one slave whatever it says.",
+        doc: "RocketMQ 5's fewest replicas a send may wait for: in controller mode a master \
+              whose SyncStateSet is smaller refuses sends (SYSTEM_ERROR, `in-sync replicas not \
+              enough`); otherwise accepted and checked, and SYNC_MASTER waits for one slave \
+              whatever it says.",
         live: None,
         read: |reading, field| {
             field
