@@ -15,6 +15,7 @@ pub mod clients;
 mod clock;
 pub mod config;
 pub mod connection;
+mod controller_mode;
 pub mod delay;
 pub mod filter;
 #[doc(hidden)]
@@ -29,6 +30,7 @@ mod outbound;
 pub mod pop;
 mod registration;
 pub mod replica_meta;
+mod role;
 pub mod server;
 mod start;
 pub mod state;

@@ -71,9 +71,16 @@ const REGISTER_JSON_BYTES_MAX: usize = 1024 * 1024;
 
 /// The registration, its body as JSON or compressed (`register_body`). Blocking: the body of
 /// many topics takes tens of milliseconds to build.
-fn registration_request(broker: Registering<'_>) -> Command {
+fn registration_request(broker: Registering<'_>) -> Option<Command> {
+    let broker_id = registered_id(broker)?;
+    let mut topics = broker.topics.snapshot();
+    if let Some(controlled) = &broker.replication.controlled {
+        // The name server keeps the registration of the higher master epoch when two
+        // addresses claim a broker set's id 0 (RocketMQ's stateVersion).
+        topics.data_version.state_version = i64::from(controlled.master_epoch());
+    }
     let registration = RegisterBrokerBody {
-        topic_config_serialize_wrapper: broker.topics.snapshot(),
+        topic_config_serialize_wrapper: topics,
         filter_server_list: Vec::new(),
     };
     let mut compressed = broker.config.compressed_register;
@@ -90,15 +97,30 @@ fn registration_request(broker: Registering<'_>) -> Command {
         broker_addr: broker.store_host.to_string(),
         cluster_name: broker.config.cluster_name.clone(),
         ha_server_addr: broker.ha_host.to_string(),
-        broker_id: broker.config.broker_id,
+        broker_id,
         heartbeat_timeout_millis: None,
         compressed,
         // Of the bytes sent, compressed or not, as RocketMQ's broker computes it.
         body_crc32: body_crc(&body),
     };
-    Command::request(request_code::REGISTER_BROKER, Encoding::Json)
+    let request = Command::request(request_code::REGISTER_BROKER, Encoding::Json)
         .with_ext(header.to_ext())
-        .with_body(body)
+        .with_body(body);
+    Some(request)
+}
+
+/// The id the broker registers under: `brokerId`, or in controller mode 0 as master and its
+/// controller id as slave; None before the controller gave a role (RocketMQ's broker is
+/// "isolated" then: no name server knows it).
+fn registered_id(broker: Registering<'_>) -> Option<i64> {
+    let Some(controlled) = &broker.replication.controlled else {
+        return Some(broker.config.broker_id);
+    };
+    match broker.replication.role() {
+        crate::ha::Role::Undecided => None,
+        _ if broker.replication.is_slave() => Some(controlled.own_id()),
+        _ => Some(0),
+    }
 }
 
 async fn register_everywhere(owner: &Arc<Broker>, links: &mut [Link], failing: &mut [bool]) {
@@ -107,7 +129,8 @@ async fn register_everywhere(owner: &Arc<Broker>, links: &mut [Link], failing: &
     let built =
         tokio::task::spawn_blocking(move || registration_request(building.registering())).await;
     let request = match built {
-        Ok(request) => request,
+        Ok(Some(request)) => request,
+        Ok(None) => return,
         Err(error) => {
             tracing::error!(%error, "could not build the registration");
             return;
@@ -154,6 +177,13 @@ fn learn_master(broker: Registering<'_>, response: &Command) {
             .filter(|value| !value.is_empty())
             .map(String::from)
     };
+    if let Some(controlled) = &broker.replication.controlled {
+        // Only the master the controller named: the name server may still list the one
+        // before it.
+        if field("masterAddr") != controlled.master_address() {
+            return;
+        }
+    }
     broker.replication.learned_master(
         field("masterAddr"),
         field("haServerAddr"),
@@ -173,11 +203,14 @@ pub fn namesrv_links(broker: Registering<'_>) -> Vec<Link> {
 }
 
 pub async fn unregister_everywhere(broker: Registering<'_>, links: &mut [Link]) {
+    let Some(broker_id) = registered_id(broker) else {
+        return;
+    };
     let header = UnregisterBrokerRequestHeader {
         broker_name: broker.config.broker_name.clone(),
         broker_addr: broker.store_host.to_string(),
         cluster_name: broker.config.cluster_name.clone(),
-        broker_id: broker.config.broker_id,
+        broker_id,
     };
     let request =
         Command::request(request_code::UNREGISTER_BROKER, Encoding::Json).with_ext(header.to_ext());

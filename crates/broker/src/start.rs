@@ -11,11 +11,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::background::Owner;
 use crate::clock::now_ms;
 use crate::config::{BrokerConfig, BrokerRole, RetentionRound};
-use crate::ha;
 use crate::registration;
+use crate::role::{Following, RoleSlot, RoleTasks};
 use crate::state::{Broker, Lifecycle, Persisted, StateError};
 
 const OFFSET_PERSIST_INTERVAL_MS: u64 = 5_000;
@@ -35,12 +34,11 @@ pub enum StartError {
     Bind { addr: SocketAddr, message: String },
     #[error("cannot start the background thread: {0}")]
     Thread(String),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// A started broker; `shutdown` stops it cleanly.
-/// The background scheduler's stop and its thread.
-type Background = (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>);
-
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
     pub local_addr: SocketAddr,
@@ -49,13 +47,23 @@ pub struct RunningBroker {
     /// The accept loop: it ends once every connection has stopped reading and been answered.
     server: std::sync::Mutex<Option<JoinHandle<()>>>,
     tasks: Vec<JoinHandle<()>>,
-    /// The background owners' scheduler (`schedule.rs`): dropping the sender stops it.
-    background: std::sync::Mutex<Option<Background>>,
+    /// The tasks of the broker's role, which the controller client changes in controller mode.
+    role: RoleSlot,
     stopped: AtomicBool,
     registered: watch::Receiver<bool>,
 }
 
 pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
+    if config.broker_id < 0 && !config.controller.enabled {
+        return Err(StartError::Config(
+            "brokerId=-1 is for controller mode (enableControllerMode=true) only".into(),
+        ));
+    }
+    if config.controller.enabled && config.controller.addrs.is_empty() {
+        return Err(StartError::Config(
+            "enableControllerMode=true needs controllerAddr".into(),
+        ));
+    }
     let (persisted, recovery) = open_state(&config).await?;
     let Listeners {
         main: listener,
@@ -95,7 +103,25 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
             registered_sender,
         )),
     ];
-    let background = start_role(&broker, ha_listener, &stop, &mut tasks)?;
+    let role = if broker.lifecycle().config.controller.enabled {
+        let Some(listener) = ha_listener else {
+            unreachable!("bound in controller mode");
+        };
+        let role: RoleSlot = Arc::new(tokio::sync::Mutex::new(None));
+        tasks.push(tokio::spawn(crate::ha::autoswitch_master::serve(
+            listener,
+            broker.clone(),
+            stop.subscribe(),
+        )));
+        tasks.push(tokio::spawn(crate::controller_mode::run(
+            broker.clone(),
+            role.clone(),
+            stop.subscribe(),
+        )));
+        role
+    } else {
+        start_role(&broker, ha_listener)?
+    };
     let config = broker.lifecycle().config;
     tracing::info!(addr = %local_addr, ha = %ha_host, role = ?config.role, broker = %config.broker_name, "broker listening");
     Ok(RunningBroker {
@@ -105,7 +131,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         stop,
         server: std::sync::Mutex::new(Some(server)),
         tasks,
-        background: std::sync::Mutex::new(background),
+        role,
         stopped: AtomicBool::new(false),
         registered,
     })
@@ -159,8 +185,9 @@ async fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> 
     let local_addr = main.local_addr().map_err(bind_error(bind))?;
     let fast = bind_fast_port(config, local_addr).await;
     let ha_bind = config.ha_bind_addr(local_addr.port());
+    // In controller mode any broker may be made master: its HA port is bound from the start.
     let ha = match config.role {
-        BrokerRole::Slave => None,
+        BrokerRole::Slave if !config.controller.enabled => None,
         _ => Some(
             TcpListener::bind(ha_bind)
                 .await
@@ -180,51 +207,18 @@ async fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> 
     })
 }
 
-/// The tasks of the broker's role. A master serves slaves and runs the background owners; a
-/// slave delivers no delayed, revived, checked or timer messages (its master does, and it
-/// copies the result and the master's progress), so it follows its master and copies its
-/// metadata instead.
+/// The tasks of a role fixed by `brokerRole`.
 fn start_role(
     broker: &Arc<Broker>,
     ha_listener: Option<TcpListener>,
-    stop: &watch::Sender<bool>,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> Result<Option<Background>, StartError> {
-    let Some(listener) = ha_listener else {
-        tasks.push(tokio::spawn(ha::slave::run(
-            broker.clone(),
-            stop.subscribe(),
-        )));
-        tasks.push(tokio::spawn(copy_master_metadata(
-            broker.clone(),
-            stop.subscribe(),
-        )));
-        return Ok(None);
+) -> Result<RoleSlot, StartError> {
+    let tasks = if broker.lifecycle().replication.is_slave() {
+        Some(RoleTasks::slave(broker, Following::Default))
+    } else {
+        let master = RoleTasks::master(broker, ha_listener);
+        Some(master.map_err(|e| StartError::Thread(e.to_string()))?)
     };
-    let mut owners: Vec<Box<dyn Owner>> = vec![
-        Box::new(crate::background::delay::DelayDelivery::default()),
-        Box::new(crate::background::pop_revive::PopRevive::default()),
-        Box::new(crate::background::transaction_check::TransactionCheck::default()),
-    ];
-    if broker.lifecycle().config.timer_wheel_enable {
-        owners.push(Box::new(
-            crate::background::timer_wheel::TimerDelivery::new(),
-        ));
-    }
-    let background = crate::background::spawn(broker.clone(), owners)
-        .map_err(|e| StartError::Thread(e.to_string()))?;
-    tasks.push(tokio::spawn(ha::master::serve(
-        listener,
-        broker.clone(),
-        stop.subscribe(),
-    )));
-    if broker.lifecycle().replication.waits_for_slave() {
-        tasks.push(tokio::spawn(expire_slave_waits(
-            broker.clone(),
-            stop.subscribe(),
-        )));
-    }
-    Ok(Some(background))
+    Ok(Arc::new(tokio::sync::Mutex::new(tasks)))
 }
 
 impl RunningBroker {
@@ -257,19 +251,9 @@ impl RunningBroker {
             task.abort();
         }
         // The background owners finish their step and write their state one last time.
-        let background = self
-            .background
-            .lock()
-            .expect("background lock poisoned")
-            .take();
-        if let Some((stop, thread)) = background {
-            drop(stop);
-            if tokio::task::spawn_blocking(move || thread.join())
-                .await
-                .is_err()
-            {
-                tracing::error!("the background thread did not stop cleanly");
-            }
+        let role = self.role.lock().await.take();
+        if let Some(role) = role {
+            role.stop().await;
         }
         let registering = self.broker.registering();
         let mut links = registration::namesrv_links(registering);
@@ -329,65 +313,6 @@ async fn bind_fast_port(config: &BrokerConfig, main: SocketAddr) -> Option<TcpLi
         Err(error) => {
             tracing::warn!(%addr, %error, "cannot listen on the VIP port (listenPort - 2); RocketMQ slaves cannot copy this broker's topics");
             None
-        }
-    }
-}
-
-/// How often a SYNC_MASTER looks for sends whose wait for a slave passed `slaveTimeout`.
-const SLAVE_WAIT_CHECK_MS: u64 = 20;
-
-async fn expire_slave_waits(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(SLAVE_WAIT_CHECK_MS));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => return,
-            _ = tick.tick() => broker.lifecycle().replication.expire(std::time::Instant::now()),
-        }
-    }
-}
-
-/// How often a slave copies its master's topics, consumer and delay offsets. RocketMQ's do it
-/// once a minute, so a topic created on the master is unknown to the slave for up to a minute;
-/// a few small requests every two seconds cost little.
-const METADATA_COPY_INTERVAL_MS: u64 = 2_000;
-const METADATA_COPY_TIMEOUT_MS: u64 = 3_000;
-
-async fn copy_master_metadata(owner: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let broker = owner.replicating();
-    let mut tick = tokio::time::interval(Duration::from_millis(METADATA_COPY_INTERVAL_MS));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    // The master's timer progress, until this slave's log has caught up with it.
-    let mut timer = None;
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => return,
-            _ = tick.tick() => {}
-        }
-        if let Err(error) = crate::replica_meta::take_timer_progress(broker, &mut timer).await {
-            tracing::warn!(%error, "cannot record the master's timer progress; retrying");
-        }
-        let Some(master) = broker.replication.master().broker else {
-            continue;
-        };
-        // A master whose log this slave refused is not its master: copy nothing from it.
-        if broker.replication.master_refused() {
-            continue;
-        }
-        let timeout = Duration::from_millis(METADATA_COPY_TIMEOUT_MS);
-        match crate::replica_meta::copy_from_master(broker, &master, timeout).await {
-            Ok(report) => {
-                failing = false;
-                if report.timer.is_some() {
-                    timer = report.timer;
-                }
-            }
-            Err(error) if !failing => {
-                tracing::warn!(%master, %error, "cannot copy the master's topics and offsets; retrying");
-                failing = true;
-            }
-            Err(_) => {}
         }
     }
 }

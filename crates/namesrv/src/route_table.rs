@@ -106,6 +106,18 @@ impl RouteTable {
                 self.unregister(&broker_addr);
             }
         }
+        if let Some(holder) =
+            self.outranked_by(&broker_name, broker_id, &broker_addr, data_version.as_ref())
+        {
+            tracing::warn!(
+                broker = %broker_name,
+                broker_id,
+                %broker_addr,
+                %holder,
+                "registration ignored: a live broker holds this id with a higher stateVersion"
+            );
+            return Registered::default();
+        }
         let first = self
             .brokers
             .get(&broker_name)
@@ -133,6 +145,26 @@ impl RouteTable {
             },
         );
         registered
+    }
+
+    /// Controller mode's fence (RocketMQ's `registerBroker`): when another live address holds
+    /// `broker_id` of the set with a higher `stateVersion` (the master epoch it registered
+    /// under), a registration of an older epoch is ignored, so a deposed master does not take
+    /// id 0 back from its successor. Equal or higher replaces it. Returns the holder.
+    fn outranked_by(
+        &self,
+        broker_name: &str,
+        broker_id: i64,
+        broker_addr: &str,
+        data_version: Option<&DataVersion>,
+    ) -> Option<String> {
+        let holder = self.brokers.get(broker_name)?.1.get(&broker_id)?;
+        if holder == broker_addr {
+            return None;
+        }
+        let held = self.live.get(holder)?.data_version.as_ref()?.state_version;
+        let new = data_version.map_or(0, |version| version.state_version);
+        (held > new).then(|| holder.clone())
     }
 
     /// Files `broker_addr` under its cluster and its broker name, at `broker_id`.
@@ -486,6 +518,35 @@ mod tests {
 
     fn perm(table: &RouteTable, topic: &str) -> i32 {
         table.route(topic).expect("route").queue_datas[0].perm
+    }
+
+    fn at_epoch(addr: &str, state_version: i64) -> Registration {
+        let mut registration = versioned(registration("a", addr, &[("T", 4)]), 1);
+        if let Some(version) = registration.data_version.as_mut() {
+            version.state_version = state_version;
+        }
+        registration
+    }
+
+    fn master_addr(table: &RouteTable) -> String {
+        let route = table.route("T").expect("route");
+        route.broker_datas[0].broker_addrs[&0].clone()
+    }
+
+    #[test]
+    fn of_two_addresses_claiming_id_0_the_higher_state_version_holds_it() {
+        let mut table = RouteTable::new(BROKER_EXPIRY_MS_DEFAULT);
+        table.register(at_epoch("127.0.0.1:1", 1), None, 0);
+        // The new master of epoch 2 takes id 0 from the old one while it still looks alive.
+        table.register(at_epoch("127.0.0.1:2", 2), None, 1);
+        assert_eq!(master_addr(&table), "127.0.0.1:2");
+        // The deposed master's registration of epoch 1 is ignored.
+        let answer = table.register(at_epoch("127.0.0.1:1", 1), None, 2);
+        assert_eq!(answer, Registered::default());
+        assert_eq!(master_addr(&table), "127.0.0.1:2");
+        // An equal epoch replaces it (RocketMQ's rule: only a higher one is kept).
+        table.register(at_epoch("127.0.0.1:1", 2), None, 3);
+        assert_eq!(master_addr(&table), "127.0.0.1:1");
     }
 
     #[test]

@@ -198,6 +198,53 @@ pub struct BrokerConfig {
     /// unresolved this long (ms) is checked with its producer, every interval (ms), at most
     /// this many times; see `transaction/`.
     pub transaction: CheckConfig,
+    /// RocketMQ 5's controller mode: a controller gives the broker its id and its role.
+    pub controller: ControllerModeConfig,
+}
+
+/// The keys of controller mode (RocketMQ 5's automatic failover, `controller_mode.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerModeConfig {
+    /// `enableControllerMode`: the role and the id come from a controller, not from
+    /// `brokerRole` and `brokerId`.
+    pub enabled: bool,
+    /// `controllerAddr`: every controller node, `;`-separated.
+    pub addrs: Vec<String>,
+    /// `syncBrokerMetadataPeriod`: how often the broker asks the controller for its set's
+    /// master and SyncStateSet.
+    pub sync_broker_metadata_period_ms: u64,
+    /// `checkSyncStateSetPeriod`: how often a master looks at which slaves are caught up.
+    pub check_sync_state_set_period_ms: u64,
+    /// `controllerHeartBeatTimeoutMills`: a broker silent this long is dead to the
+    /// controller; a master that heard nothing from the controller this long stops
+    /// acknowledging sends.
+    pub heartbeat_timeout_ms: u64,
+    /// `brokerElectionPriority`: lower is preferred in an election.
+    pub election_priority: i32,
+    /// `brokerHeartbeatInterval`.
+    pub heartbeat_interval_ms: u64,
+    /// `allAckInSyncStateSet`: a send is acknowledged once every member of the SyncStateSet
+    /// has it.
+    pub all_ack_in_sync_state_set: bool,
+    /// `haMaxTimeSlaveNotCatchup`: a slave not caught up for this long leaves the
+    /// SyncStateSet.
+    pub slave_not_caught_up_ms_max: u64,
+}
+
+impl Default for ControllerModeConfig {
+    fn default() -> Self {
+        ControllerModeConfig {
+            enabled: false,
+            addrs: Vec::new(),
+            sync_broker_metadata_period_ms: 5_000,
+            check_sync_state_set_period_ms: 5_000,
+            heartbeat_timeout_ms: 10_000,
+            election_priority: i32::MAX,
+            heartbeat_interval_ms: 1_000,
+            all_ack_in_sync_state_set: false,
+            slave_not_caught_up_ms_max: 15_000,
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -268,6 +315,7 @@ impl Default for BrokerConfig {
             non_persistent_bytes_max: 256 * 1024 * 1024,
             enable_property_filter: false,
             transaction: CheckConfig::default(),
+            controller: ControllerModeConfig::default(),
         }
     }
 }

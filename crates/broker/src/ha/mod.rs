@@ -12,19 +12,23 @@
 //! `Replication::confirmed`, and dropping that guard when the connection ends withdraws it.
 
 pub mod autoswitch_codec;
+pub mod autoswitch_master;
+pub mod autoswitch_slave;
 pub mod codec;
+pub mod controlled;
 pub mod master;
 pub mod master_session;
 pub mod slave;
 pub mod slave_session;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::config::{BrokerConfig, BrokerRole};
+use controlled::Controlled;
 
 /// RocketMQ's haSendHeartbeatInterval: an idle master tells the slave where it stands this
 /// often, and a slave reports its log end at least this often.
@@ -73,10 +77,50 @@ pub struct MasterAddresses {
 struct SessionConfirmation {
     session: u64,
     position: u64,
+    /// The slave's controller id, from its AutoSwitch handshake (controller mode).
+    broker_id: Option<i64>,
+    /// When (wall-clock ms) the slave last held everything the master had written.
+    caught_up_ms: Option<i64>,
+}
+
+/// A broker's role as runtime state: fixed at start by `brokerRole`, or, in controller mode,
+/// none until the controller decides and changed by it afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Controller mode, before the controller named a master.
+    Undecided,
+    Is(BrokerRole),
+}
+
+impl Role {
+    fn encode(self) -> u8 {
+        match self {
+            Role::Undecided => 0,
+            Role::Is(BrokerRole::AsyncMaster) => 1,
+            Role::Is(BrokerRole::SyncMaster) => 2,
+            Role::Is(BrokerRole::Slave) => 3,
+        }
+    }
+
+    fn decode(byte: u8) -> Role {
+        match byte {
+            0 => Role::Undecided,
+            1 => Role::Is(BrokerRole::AsyncMaster),
+            2 => Role::Is(BrokerRole::SyncMaster),
+            3 => Role::Is(BrokerRole::Slave),
+            _ => unreachable!("only `encode` stores a role"),
+        }
+    }
 }
 
 pub struct Replication {
-    role: BrokerRole,
+    role: AtomicU8,
+    /// Controller mode's state (None without it).
+    pub controlled: Option<Controlled>,
+    /// Wakes the tasks of a role when the role changes.
+    pub role_changed: Notify,
+    /// Wakes a controller-mode master's SyncStateSet check when a slave connection ends.
+    pub slaves_changed: Notify,
     slave_timeout: Duration,
     /// The highest position a slave connected now has confirmed: the maximum over `sessions`,
     /// kept here for the send path to read with no lock.
@@ -99,9 +143,18 @@ pub struct Replication {
 }
 
 impl Replication {
-    pub fn new(config: &BrokerConfig) -> Replication {
+    /// `epochs` is the epoch file, opened in controller mode only.
+    pub fn new(config: &BrokerConfig, epochs: Option<quiver_store::EpochFile>) -> Replication {
+        let controlled = epochs.map(|epochs| Controlled::new(config, epochs));
+        let role = match controlled {
+            Some(_) => Role::Undecided,
+            None => Role::Is(config.role),
+        };
         Replication {
-            role: config.role,
+            role: AtomicU8::new(role.encode()),
+            controlled,
+            role_changed: Notify::new(),
+            slaves_changed: Notify::new(),
             slave_timeout: Duration::from_millis(config.slave_timeout_ms),
             confirmed: AtomicU64::new(0),
             sessions: Mutex::new(Vec::new()),
@@ -128,13 +181,31 @@ impl Replication {
         self.master_refused.store(refused, Ordering::Release);
     }
 
+    pub fn role(&self) -> Role {
+        Role::decode(self.role.load(Ordering::Acquire))
+    }
+
+    /// Changes the role (controller mode): the tasks of each role see it through
+    /// `role_changed`.
+    pub fn set_role(&self, role: BrokerRole) {
+        self.role.store(Role::Is(role).encode(), Ordering::Release);
+        self.role_changed.notify_waiters();
+    }
+
     pub fn is_slave(&self) -> bool {
-        self.role == BrokerRole::Slave
+        self.role() == Role::Is(BrokerRole::Slave)
+    }
+
+    pub fn is_master(&self) -> bool {
+        matches!(
+            self.role(),
+            Role::Is(BrokerRole::AsyncMaster | BrokerRole::SyncMaster)
+        )
     }
 
     /// Whether a stored send is acknowledged only once a slave has it (SYNC_MASTER).
     pub fn waits_for_slave(&self) -> bool {
-        self.role == BrokerRole::SyncMaster
+        self.role() == Role::Is(BrokerRole::SyncMaster)
     }
 
     /// Runs `done` once a slave has confirmed `end_position`, or when that cannot happen in
@@ -145,7 +216,10 @@ impl Replication {
             return done(Replicated::Yes);
         }
         let behind = written_position.saturating_sub(confirmed);
-        if self.slaves.load(Ordering::Acquire) == 0 || behind > SLAVE_BEHIND_BYTES_MAX {
+        // In controller mode a send waits for the SyncStateSet's members, connected or not:
+        // the master drops one that left from the set, which answers the send.
+        let no_slave = self.slaves.load(Ordering::Acquire) == 0 || behind > SLAVE_BEHIND_BYTES_MAX;
+        if no_slave && self.controlled.is_none() {
             return done(Replicated::NoSlave);
         }
         let mut waiting = self.waiting.lock().expect("waiting lock poisoned");
@@ -179,6 +253,14 @@ impl Replication {
                 panic!("a confirmation from slave connection {session}, which is not connected");
             };
             entry.position = entry.position.max(position);
+            if self.controlled.is_some() {
+                let (before, now) = self.settle(&sessions);
+                drop(sessions);
+                if now > before {
+                    self.complete(|waiter| waiter.end_position <= now, Replicated::Yes);
+                }
+                return;
+            }
             // Under the lock, so that a withdrawal and a confirmation leave the maximum of
             // what is left, whichever stores last.
             self.confirmed.fetch_max(position, Ordering::AcqRel)
@@ -188,12 +270,49 @@ impl Replication {
         }
     }
 
+    /// Controller mode: the position every send at or below is acknowledged, from the
+    /// SyncStateSet and each member's confirmation, stored for the send path. Called under
+    /// the sessions lock, so that settlements store in the order they are computed. Returns
+    /// the position before and the one now.
+    fn settle(&self, sessions: &[SessionConfirmation]) -> (u64, u64) {
+        let controlled = self.controlled.as_ref().expect("controller mode");
+        let confirmations: Vec<(i64, u64)> = sessions
+            .iter()
+            .filter_map(|entry| Some((entry.broker_id?, entry.position)))
+            .collect();
+        let now = controlled.needed_position(controlled.own_id(), &confirmations);
+        (self.confirmed.swap(now, Ordering::AcqRel), now)
+    }
+
+    /// Controller mode: the SyncStateSet changed; sends it no longer waits for are answered.
+    pub fn sync_set_changed(&self) {
+        let sessions = self.sessions.lock().expect("sessions lock poisoned");
+        let (before, now) = self.settle(&sessions);
+        drop(sessions);
+        if now > before {
+            self.complete(|waiter| waiter.end_position <= now, Replicated::Yes);
+        }
+    }
+
+    /// Controller mode: each connected slave's id and the last time it was caught up.
+    pub fn slaves_caught_up(&self) -> Vec<(i64, Option<i64>)> {
+        let sessions = self.sessions.lock().expect("sessions lock poisoned");
+        sessions
+            .iter()
+            .filter_map(|entry| Some((entry.broker_id?, entry.caught_up_ms)))
+            .collect()
+    }
+
     /// Slave connection `session` ended: the confirmed position falls to the highest of the
     /// connections left (0 with none). Sends already answered stay answered: a slave connected
     /// then had them.
     fn withdraw(&self, session: u64) {
         let mut sessions = self.sessions.lock().expect("sessions lock poisoned");
         sessions.retain(|entry| entry.session != session);
+        if self.controlled.is_some() {
+            self.settle(&sessions);
+            return;
+        }
         let highest = sessions.iter().map(|entry| entry.position).max();
         self.confirmed
             .store(highest.unwrap_or(0), Ordering::Release);
@@ -236,6 +355,13 @@ impl Replication {
         }
     }
 
+    /// Controller mode: a new master was named; what the name server said of the one before
+    /// is forgotten.
+    pub fn forget_master(&self) {
+        *self.master.lock().expect("master lock poisoned") = MasterAddresses::default();
+        self.master_changed.notify_waiters();
+    }
+
     pub fn master(&self) -> MasterAddresses {
         self.master.lock().expect("master lock poisoned").clone()
     }
@@ -276,6 +402,8 @@ impl<'a> SlaveConnected<'a> {
             .push(SessionConfirmation {
                 session,
                 position: 0,
+                broker_id: None,
+                caught_up_ms: None,
             });
         replication.slaves.fetch_add(1, Ordering::AcqRel);
         SlaveConnected {
@@ -288,6 +416,30 @@ impl<'a> SlaveConnected<'a> {
     /// `Ready::confirmed`).
     pub fn confirmed(&self, position: u64) {
         self.replication.confirmed(self.session, position);
+    }
+
+    /// The slave said who it is (an AutoSwitch handshake).
+    pub fn identify(&self, broker_id: i64) {
+        self.update(|entry| entry.broker_id = Some(broker_id));
+    }
+
+    /// The slave held everything the master had written at `now_ms`.
+    pub fn caught_up(&self, now_ms: i64) {
+        self.update(|entry| entry.caught_up_ms = Some(now_ms));
+    }
+
+    fn update(&self, change: impl FnOnce(&mut SessionConfirmation)) {
+        let mut sessions = self
+            .replication
+            .sessions
+            .lock()
+            .expect("sessions lock poisoned");
+        if let Some(entry) = sessions
+            .iter_mut()
+            .find(|entry| entry.session == self.session)
+        {
+            change(entry);
+        }
     }
 }
 
@@ -309,7 +461,7 @@ mod tests {
             slave_timeout_ms: 1_000,
             ..BrokerConfig::default()
         };
-        Replication::new(&config)
+        Replication::new(&config, None)
     }
 
     fn waiter(tx: &mpsc::Sender<(u64, Replicated)>, end: u64) -> Waiting {

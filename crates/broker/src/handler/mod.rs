@@ -23,6 +23,7 @@ use crate::topic::{TopicError, PERM_WRITE};
 mod admin;
 mod assignment;
 mod client;
+mod controller;
 mod group;
 mod lock;
 mod offset;
@@ -101,7 +102,10 @@ impl From<HeaderError> for Refusal {
 
 /// Sends and consumers' send-backs alike: a broker closed to writes (being drained) refuses
 /// them with NO_PERMISSION, and Java clients then go to a broker that takes them.
-fn broker_writable(broker: Sending<'_>) -> Result<(), Refusal> {
+fn broker_writable(broker: Sending<'_>, now_ms: i64) -> Result<(), Refusal> {
+    if let Some(controlled) = &broker.replication.controlled {
+        controller_mode_writable(broker.replication, controlled, now_ms)?;
+    }
     if broker.replication.is_slave() {
         // RocketMQ's answer for a put on a slave; clients then send to a master.
         return Err(Refusal::new(
@@ -117,6 +121,44 @@ fn broker_writable(broker: Sending<'_>) -> Result<(), Refusal> {
         return Err(Refusal::new(response_code::NO_PERMISSION, remark));
     }
     Ok(())
+}
+
+/// Controller mode: a broker the controller has not made master yet, or in a role change, or a
+/// master whose lease lapsed, refuses sends with SERVICE_NOT_AVAILABLE (clients then try
+/// another broker); a SyncStateSet below `minInSyncReplicas` with RocketMQ's
+/// IN_SYNC_REPLICAS_NOT_ENOUGH answer (SYSTEM_ERROR).
+fn controller_mode_writable(
+    replication: &crate::ha::Replication,
+    controlled: &crate::ha::controlled::Controlled,
+    now_ms: i64,
+) -> Result<(), Refusal> {
+    use crate::ha::controlled::SendRefused;
+    if replication.role() == crate::ha::Role::Undecided {
+        return Err(Refusal::new(
+            response_code::SERVICE_NOT_AVAILABLE,
+            "service not available now: controller mode, and the controller has not given this \
+             broker a role yet",
+        ));
+    }
+    if replication.is_slave() {
+        return Ok(());
+    }
+    let remark =
+        match controlled.refuses_send(now_ms) {
+            None => return Ok(()),
+            Some(SendRefused::Fenced) => {
+                "service not available now: the broker is changing its role (controller mode)"
+            }
+            Some(SendRefused::LeaseExpired) => {
+                "service not available now: this master has not reached a controller within \
+             controllerHeartBeatTimeoutMills and may no longer be master"
+            }
+            Some(SendRefused::InSyncReplicasNotEnough) => return Err(Refusal::new(
+                response_code::SYSTEM_ERROR,
+                "in-sync replicas not enough: the SyncStateSet is smaller than minInSyncReplicas",
+            )),
+        };
+    Err(Refusal::new(response_code::SERVICE_NOT_AVAILABLE, remark))
 }
 
 /// The same for a topic whose permission has no write bit.
@@ -184,6 +226,8 @@ fn handler_for(code: i32) -> Option<Handler> {
         PEEK_MESSAGE => pop_watch::peek,
         NOTIFICATION => pop_watch::notification,
         POLLING_INFO => pop_watch::polling_info,
+        NOTIFY_BROKER_ROLE_CHANGED => controller::notify_role_changed,
+        GET_BROKER_EPOCH_CACHE => controller::epoch_cache,
         _ => return None,
     })
 }

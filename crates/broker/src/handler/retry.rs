@@ -40,7 +40,7 @@ fn prepare(call: &Call, request: &Command) -> Result<(Record, String), Refusal> 
     let broker = call.broker.sending();
     let header = ConsumerSendMsgBackRequestHeader::from_ext(ext_or_err(request)?)?;
     // As a send; the Java consumer then sends the retry through its producer instead.
-    broker_writable(broker)?;
+    broker_writable(broker, call.now_ms)?;
     let position = u64::try_from(header.offset).map_err(|_| {
         let remark = format!("offset {} is negative", header.offset);
         Refusal::new(response_code::SYSTEM_ERROR, remark)

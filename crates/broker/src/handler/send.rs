@@ -110,7 +110,7 @@ pub(super) fn prepare(call: &Call, request: &Command) -> Result<Prepared, Refusa
     };
     let dead_lettered = redirect_exhausted_retry(&mut header);
     let batch = request.code == request_code::SEND_BATCH_MESSAGE || header.batch;
-    check_destination(broker, &header, request.body.len())?;
+    check_destination(broker, &header, request.body.len(), call.now_ms)?;
     let shape = topic_shape(broker, &header, dead_lettered)?;
     topic_writable(&header.topic, shape.perm)?;
     // A transaction's half message is stored in the half topic, out of consumers' sight, until
@@ -158,8 +158,9 @@ fn check_destination(
     broker: Sending<'_>,
     header: &SendMessageHeader,
     body_bytes: usize,
+    now_ms: i64,
 ) -> Result<(), Refusal> {
-    broker_writable(broker)?;
+    broker_writable(broker, now_ms)?;
     validate_topic_name(&header.topic)
         .map_err(|e| Refusal::new(response_code::SYSTEM_ERROR, e.to_string()))?;
     if NOT_ALLOWED_SEND_TOPICS.contains(&header.topic.as_str()) {

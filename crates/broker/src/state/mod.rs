@@ -211,6 +211,8 @@ pub enum StateError {
     Pop(String),
     #[error("{0}")]
     NonPersistent(String),
+    #[error(transparent)]
+    Epochs(#[from] quiver_store::EpochFileError),
 }
 
 impl From<OpenError> for StateError {
@@ -228,6 +230,8 @@ pub struct Persisted {
     pub delay_offsets: DelayOffsets,
     pub pop: PopState,
     pub transactions: Transactions,
+    /// The epoch file, in controller mode.
+    pub epochs: Option<quiver_store::EpochFile>,
 }
 
 impl Persisted {
@@ -278,7 +282,12 @@ impl Persisted {
         let transactions = Transactions::open(&store, &offsets);
         // What start-up added or changed (system topics, adopted ones) reaches the file now.
         topics.persist_if_dirty()?;
+        let epochs = match config.controller.enabled {
+            true => Some(quiver_store::EpochFile::open(&config.store_root)?),
+            false => None,
+        };
         let persisted = Persisted {
+            epochs,
             store,
             topics,
             offsets,
@@ -420,6 +429,7 @@ impl Broker {
             delay_offsets,
             pop,
             transactions,
+            epochs,
         } = persisted;
         topics.set_topics_max(config.topics_max);
         groups.set_groups_max(config.subscription_groups_max);
@@ -428,7 +438,7 @@ impl Broker {
             ids_per_connection_max: config.client_ids_per_connection_max,
         });
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
-        let replication = Arc::new(Replication::new(&config));
+        let replication = Arc::new(Replication::new(&config, epochs));
         let arrival_waiters = waiters.clone();
         let arrival_replication = replication.clone();
         store.set_arrival_listener(Arc::new(

@@ -31,11 +31,12 @@ pub(in crate::config) static BROKER: &[Key] = &[
         group: Group::Identity,
         default: "0",
         follows: None,
-        doc: "0 for a master, above 0 for a slave.",
+        doc: "0 for a master, above 0 for a slave; in controller mode the controller gives the \
+              id and this is ignored (RocketMQ's examples say -1, accepted only then).",
         live: None,
         read: |reading, field| {
             field
-                .number(0, 1_000_000)
+                .number(-1, 1_000_000)
                 .map(|id| reading.config.broker_id = id)
         },
         print: |printing| printing.config.broker_id.to_string(),
@@ -213,13 +214,188 @@ pub(in crate::config) static BROKER: &[Key] = &[
         print: |printing| printing.config.in_memory_percent_max.to_string(),
     },
     Key {
+        name: "enableControllerMode",
+        aliases: &[],
+        group: Group::Replication,
+        default: "false",
+        follows: None,
+        doc: "RocketMQ 5's controller mode: the controllers at `controllerAddr` give the broker \
+              its id and its role (master or slave) and fail the broker set over; `brokerRole` \
+              and `brokerId` are then ignored. See docs/controller.md.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|on| reading.config.controller.enabled = on)
+        },
+        print: |printing| printing.config.controller.enabled.to_string(),
+    },
+    Key {
+        name: "controllerAddr",
+        aliases: &[],
+        group: Group::Replication,
+        default: "",
+        follows: None,
+        doc: "The controllers, `;`-separated (`host:port;host:port`): the peer addresses of \
+              `controllerDLegerPeers`.",
+        live: None,
+        read: |reading, field| {
+            let addresses = field.value.split(';').map(str::trim);
+            let addresses = addresses.filter(|address| !address.is_empty());
+            reading.config.controller.addrs = addresses.map(String::from).collect();
+            Ok(())
+        },
+        print: |printing| printing.config.controller.addrs.join(";"),
+    },
+    Key {
+        name: "syncBrokerMetadataPeriod",
+        aliases: &[],
+        group: Group::Replication,
+        default: "5000",
+        follows: None,
+        doc: "In controller mode, how often (ms) the broker asks the controller for its set's \
+              master, epoch and SyncStateSet.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(100, 3_600_000)
+                .map(|ms| reading.config.controller.sync_broker_metadata_period_ms = ms)
+        },
+        print: |printing| {
+            printing
+                .config
+                .controller
+                .sync_broker_metadata_period_ms
+                .to_string()
+        },
+    },
+    Key {
+        name: "checkSyncStateSetPeriod",
+        aliases: &[],
+        group: Group::Replication,
+        default: "5000",
+        follows: None,
+        doc: "In controller mode, how often (ms) a master looks for slaves to add to or drop \
+              from its SyncStateSet (a slave's connection that ends is looked at at once).",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(100, 3_600_000)
+                .map(|ms| reading.config.controller.check_sync_state_set_period_ms = ms)
+        },
+        print: |printing| {
+            printing
+                .config
+                .controller
+                .check_sync_state_set_period_ms
+                .to_string()
+        },
+    },
+    Key {
+        name: "controllerHeartBeatTimeoutMills",
+        aliases: &[],
+        group: Group::Replication,
+        default: "10000",
+        follows: None,
+        doc: "In controller mode, how long (ms) the controller waits for the broker's \
+              heartbeat before it counts the broker dead; a master that got no answer from any \
+              controller for this long stops acknowledging sends (Quiver's lease; RocketMQ has \
+              none).",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1_000, 3_600_000)
+                .map(|ms| reading.config.controller.heartbeat_timeout_ms = ms)
+        },
+        print: |printing| printing.config.controller.heartbeat_timeout_ms.to_string(),
+    },
+    Key {
+        name: "brokerElectionPriority",
+        aliases: &[],
+        group: Group::Replication,
+        default: "2147483647",
+        follows: None,
+        doc: "In controller mode, the broker's rank among replicas equally far: lower is \
+              elected first.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(i32::MIN, i32::MAX)
+                .map(|priority| reading.config.controller.election_priority = priority)
+        },
+        print: |printing| printing.config.controller.election_priority.to_string(),
+    },
+    Key {
+        name: "brokerHeartbeatInterval",
+        aliases: &[],
+        group: Group::Replication,
+        default: "1000",
+        follows: None,
+        doc: "In controller mode, how often (ms) the broker sends its heartbeat (its epoch and \
+              log end) to every controller.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(100, 60_000)
+                .map(|ms| reading.config.controller.heartbeat_interval_ms = ms)
+        },
+        print: |printing| printing.config.controller.heartbeat_interval_ms.to_string(),
+    },
+    Key {
+        name: "allAckInSyncStateSet",
+        aliases: &[],
+        group: Group::Replication,
+        default: "false",
+        follows: None,
+        doc: "In controller mode, a master answers a send SEND_OK only once every member of \
+              its SyncStateSet has it (FLUSH_SLAVE_TIMEOUT after `slaveTimeout`); without it \
+              `inSyncReplicas` members.",
+        live: None,
+        read: |reading, field| {
+            field
+                .boolean()
+                .map(|on| reading.config.controller.all_ack_in_sync_state_set = on)
+        },
+        print: |printing| {
+            printing
+                .config
+                .controller
+                .all_ack_in_sync_state_set
+                .to_string()
+        },
+    },
+    Key {
+        name: "haMaxTimeSlaveNotCatchup",
+        aliases: &[],
+        group: Group::Replication,
+        default: "15000",
+        follows: None,
+        doc: "In controller mode, a slave that has not caught up with its master for this long \
+              (ms) is dropped from the SyncStateSet.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1_000, 3_600_000)
+                .map(|ms| reading.config.controller.slave_not_caught_up_ms_max = ms)
+        },
+        print: |printing| {
+            printing
+                .config
+                .controller
+                .slave_not_caught_up_ms_max
+                .to_string()
+        },
+    },
+    Key {
         name: "inSyncReplicas",
         aliases: &[],
         group: Group::Replication,
         default: "1",
         follows: None,
-        doc: "RocketMQ 5's replicas a send waits for: accepted and checked; SYNC_MASTER waits \
-              for one slave whatever it says.",
+        doc: "RocketMQ 5's replicas a send waits for: in controller mode without \
+              `allAckInSyncStateSet`, the master and this many less one SyncStateSet members; \
+              otherwise accepted and checked, and SYNC_MASTER waits for one slave whatever it \
+              says.",
         live: None,
         read: |reading, field| {
             field
@@ -234,8 +410,10 @@ pub(in crate::config) static BROKER: &[Key] = &[
         group: Group::Replication,
         default: "1",
         follows: None,
-        doc: "RocketMQ 5's fewest replicas a send may wait for: accepted and checked; \
-              SYNC_MASTER waits for one slave whatever it says.",
+        doc: "RocketMQ 5's fewest replicas a send may wait for: in controller mode a master \
+              whose SyncStateSet is smaller refuses sends (SYSTEM_ERROR, `in-sync replicas not \
+              enough`); otherwise accepted and checked, and SYNC_MASTER waits for one slave \
+              whatever it says.",
         live: None,
         read: |reading, field| {
             field

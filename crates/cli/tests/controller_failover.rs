@@ -1,0 +1,239 @@
+//! Controller mode end to end on loopback: `quiver namesrv` with the controller and two
+//! `quiver broker` processes of one broker set in controller mode. The controller makes one
+//! master and the other joins its SyncStateSet; sends go on while the master is killed with
+//! SIGKILL; the other is elected at a higher epoch and takes sends, and holds every message
+//! that was acknowledged; the old master, restarted, rejoins as a slave and holds the new
+//! master's log.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{binary, pull_all};
+use quiver_testkit::{wait_until, QuiverProcess, SendOptions, WireClient};
+use quiver_wire::body::{self, BrokerReplicasInfo, EpochEntryCache, ReplicasInfo};
+use quiver_wire::code::{request_code, response_code};
+use quiver_wire::{Command, Encoding};
+
+const TOPIC: &str = "FailoverTopic";
+const QUEUES: i32 = 2;
+/// Every wait in this test: elections, catch-up and registrations take a few seconds at most
+/// with the short periods configured below.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("bound").port()
+}
+
+fn namesrv_with_controller(dir: &Path, controller_port: u16) -> QuiverProcess {
+    let conf = dir.join("namesrv.conf");
+    let text = format!(
+        "listenPort=0\nenableControllerInNamesrv=true\ncontrollerDLegerGroup=group1\n\
+         controllerDLegerPeers=n0-127.0.0.1:{controller_port}\ncontrollerDLegerSelfId=n0\n\
+         controllerStorePath={}\nscanNotActiveBrokerInterval=1000\n",
+        dir.join("controller").display()
+    );
+    std::fs::write(&conf, text).expect("write namesrv.conf");
+    QuiverProcess::start(
+        &binary(),
+        &["namesrv", "-c", conf.to_str().unwrap()],
+        &dir.join("namesrv-log"),
+    )
+    .expect("the name server with its controller starts")
+}
+
+fn broker(dir: &Path, name: &str, controller_port: u16, namesrv: SocketAddr) -> QuiverProcess {
+    let conf = dir.join(format!("{name}.conf"));
+    let text = format!(
+        "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=-1\nbrokerRole=SLAVE\n\
+         enableControllerMode=true\ncontrollerAddr=127.0.0.1:{controller_port}\n\
+         allAckInSyncStateSet=true\nlistenPort=0\nhaListenPort=0\nstorePathRootDir={}\n\
+         mappedFileSizeCommitLog=262144\nregisterNameServerPeriod=1000\n\
+         syncBrokerMetadataPeriod=1000\ncheckSyncStateSetPeriod=500\nbrokerHeartbeatInterval=500\n\
+         controllerHeartBeatTimeoutMills=3000\nslaveTimeout=3000\n",
+        dir.join(name).display()
+    );
+    std::fs::write(&conf, text).expect("write broker conf");
+    let namesrv = namesrv.to_string();
+    QuiverProcess::start(
+        &binary(),
+        &["broker", "-c", conf.to_str().unwrap(), "-n", &namesrv],
+        &dir.join(format!("{name}-log")),
+    )
+    .expect("a controller-mode broker starts")
+}
+
+/// The controller's view of broker-a (CONTROLLER_GET_SYNC_STATE_DATA).
+fn replicas(controller: SocketAddr) -> Option<ReplicasInfo> {
+    let mut client = WireClient::connect(controller, Encoding::Json).ok()?;
+    let request = Command::request(request_code::CONTROLLER_GET_SYNC_STATE_DATA, Encoding::Json)
+        .with_body(br#"["broker-a"]"#.to_vec());
+    let answer = client.call(request).ok()?;
+    if answer.code != response_code::SUCCESS {
+        return None;
+    }
+    let info: BrokerReplicasInfo = body::from_json(&answer.body).ok()?;
+    info.replicas_info_table.get("broker-a").cloned()
+}
+
+/// Waits for a master (other than `not`) with a SyncStateSet of `members` replicas.
+fn wait_for_master(controller: SocketAddr, members: usize, not: Option<&str>) -> ReplicasInfo {
+    wait_until(WAIT, || {
+        let info = replicas(controller)?;
+        let elected = !info.master_address.is_empty() && Some(info.master_address.as_str()) != not;
+        (elected && info.in_sync_replicas.len() == members).then_some(info)
+    })
+    .unwrap_or_else(|| panic!("no master with a SyncStateSet of {members} within {WAIT:?}"))
+}
+
+fn epoch_cache(broker: SocketAddr) -> Option<EpochEntryCache> {
+    let mut client = WireClient::connect(broker, Encoding::Json).ok()?;
+    let answer = client
+        .call(Command::request(
+            request_code::GET_BROKER_EPOCH_CACHE,
+            Encoding::Json,
+        ))
+        .ok()?;
+    (answer.code == response_code::SUCCESS)
+        .then(|| body::from_json(&answer.body).ok())
+        .flatten()
+}
+
+fn create_topic(broker: SocketAddr) {
+    let mut client = WireClient::connect(broker, Encoding::Json).expect("connect");
+    let answer = client.create_topic(TOPIC, QUEUES).expect("create topic");
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+}
+
+/// Sends `tag-n` for n from 0 until `stop`, or until the broker stops answering; returns the
+/// bodies acknowledged with SEND_OK.
+fn send_until(
+    broker: SocketAddr,
+    tag: &'static str,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+) {
+    let Ok(mut client) = WireClient::connect(broker, Encoding::Json) else {
+        return;
+    };
+    let _ = client.set_read_timeout(Duration::from_secs(10));
+    for n in 0.. {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let body = format!("{tag}-{n}");
+        let options = SendOptions {
+            queue_id: Some(n % QUEUES),
+            ..SendOptions::default()
+        };
+        match client.send(TOPIC, body.as_bytes(), &options) {
+            Ok(answer) if answer.code == response_code::SUCCESS => {
+                acked.lock().unwrap().push(body);
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => return,
+        }
+    }
+}
+
+fn bodies_on(broker: SocketAddr) -> Vec<String> {
+    let mut client = WireClient::connect(broker, Encoding::Json).expect("connect");
+    let mut bodies = Vec::new();
+    for queue_id in 0..QUEUES {
+        for message in pull_all(&mut client, TOPIC, queue_id, 0) {
+            bodies.push(String::from_utf8_lossy(&message.body).into_owned());
+        }
+    }
+    bodies.sort();
+    bodies
+}
+
+#[test]
+fn the_controller_fails_a_quiver_broker_set_over_and_the_old_master_rejoins_as_a_slave() {
+    let dir = tempfile::tempdir().unwrap();
+    let controller_port = free_port();
+    let controller: SocketAddr = format!("127.0.0.1:{controller_port}").parse().unwrap();
+    let namesrv_process = namesrv_with_controller(dir.path(), controller_port);
+    let namesrv = namesrv_process.namesrv();
+    let mut first = broker(dir.path(), "b1", controller_port, namesrv);
+    let mut second = broker(dir.path(), "b2", controller_port, namesrv);
+
+    let info = wait_for_master(controller, 2, None);
+    let first_epoch = info.master_epoch;
+    let (master, other, master_name) = if info.master_address == first.broker().to_string() {
+        (&mut first, &mut second, "b1")
+    } else {
+        (&mut second, &mut first, "b2")
+    };
+    let master_addr = master.broker();
+    let other_addr = other.broker();
+    create_topic(master_addr);
+    create_topic(other_addr);
+
+    // Sends go on while the master is killed; every SEND_OK must survive.
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || send_until(master_addr, "before", stop, acked))
+    };
+    wait_until(WAIT, || (acked.lock().unwrap().len() >= 100).then_some(()))
+        .expect("the master acknowledges sends with a SyncStateSet of two");
+    master.kill9().expect("kill -9 the master");
+    stop.store(true, Ordering::Release);
+    sender.join().unwrap();
+
+    let info = wait_for_master(controller, 1, Some(&master_addr.to_string()));
+    assert_eq!(info.master_address, other_addr.to_string());
+    assert!(info.master_epoch > first_epoch, "a higher epoch: {info:?}");
+
+    // The new master takes sends (once it has registered and fenced nothing).
+    let mut client = WireClient::connect(other_addr, Encoding::Json).expect("connect");
+    let options = SendOptions {
+        queue_id: Some(0),
+        ..SendOptions::default()
+    };
+    wait_until(WAIT, || {
+        let answer = client.send(TOPIC, b"after-0", &options).ok()?;
+        (answer.code == response_code::SUCCESS).then_some(())
+    })
+    .expect("the new master takes sends");
+    acked.lock().unwrap().push("after-0".into());
+
+    let held = bodies_on(other_addr);
+    for body in acked.lock().unwrap().iter() {
+        assert!(
+            held.contains(body),
+            "acknowledged {body} is missing on the new master"
+        );
+    }
+
+    // The old master, restarted, follows the new one and is taken into its SyncStateSet.
+    drop(client);
+    let restarted = broker(dir.path(), master_name, controller_port, namesrv);
+    let info = wait_for_master(controller, 2, None);
+    assert_eq!(info.master_address, other_addr.to_string());
+    let new_master_epochs = epoch_cache(other_addr).expect("the new master's epochs");
+    let rejoined = wait_until(WAIT, || {
+        let cache = epoch_cache(restarted.broker())?;
+        (cache.epoch_list == new_master_epochs.epoch_list).then_some(cache)
+    });
+    assert!(
+        rejoined.is_some(),
+        "the old master's epochs become the new master's"
+    );
+    let expected = bodies_on(other_addr);
+    let same = wait_until(WAIT, || {
+        (bodies_on(restarted.broker()) == expected).then_some(())
+    });
+    assert!(
+        same.is_some(),
+        "the rejoined slave holds the new master's log, and no more"
+    );
+    let _ = other;
+}
