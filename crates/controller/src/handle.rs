@@ -500,16 +500,19 @@ fn sync_state_data(call: &Call<'_>, request: &Command) -> Result<Handled, Header
 }
 
 /// UPDATE_CONTROLLER_CONFIG: the keys a running controller takes (`enableElectUncleanMaster`,
-/// `notifyBrokerRoleChanged`, `electMasterMaxRetryCount`, `scanNotActiveBrokerInterval`);
-/// where it keeps its state and who its peers are cannot change while it runs.
+/// `notifyBrokerRoleChanged`, `electMasterMaxRetryCount`, `quiverControllerBrokersMax`); where
+/// it keeps its state, who its peers are, its scan period and its byte bound cannot change
+/// while it runs.
 fn update_config(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError> {
-    const FIXED: [&str; 6] = [
+    const FIXED: [&str; 8] = [
         "configBlackList",
         "configStorePath",
         "controllerStorePath",
         "controllerDLegerPeers",
         "controllerDLegerSelfId",
         "controllerDLegerGroup",
+        "scanNotActiveBrokerInterval",
+        "quiverControllerBytesMax",
     ];
     let text = String::from_utf8_lossy(&request.body);
     let fixed = quiver_wire::properties::entries(&text)
