@@ -7,8 +7,8 @@
 //       before a failover (a RocketMQ slave otherwise learns topics with its periodic copy).
 //   send NAMESRV TOPIC ACKED_FILE STOP_FILE DEADLINE_S
 //       sends message after message (synchronously, body "message <i>") until STOP_FILE exists
-//       or the deadline, and appends "<i> <millis>" to ACKED_FILE for each SEND_OK, flushed at
-//       once. Prints how many were acknowledged and failed, and the longest time between two
+//       or the deadline, and appends "<i> <millis> <broker address>" to ACKED_FILE for each
+//       SEND_OK (the address that stored it, from its offset message id), flushed at once. Prints how many were acknowledged and failed, and the longest time between two
 //       acknowledgements.
 //   check NAMESRV TOPIC ACKED_FILE DEADLINE_S
 //       consumes the whole topic from its first offset with a DefaultLitePullConsumer of a new
@@ -20,6 +20,7 @@ import static java.nio.charset.StandardCharsets.UTF_8;
 
 import java.io.FileWriter;
 import java.io.PrintWriter;
+import java.net.InetSocketAddress;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashSet;
@@ -33,6 +34,7 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
@@ -83,12 +85,16 @@ public final class Failover {
             for (int index = 0; !Files.exists(stop) && System.currentTimeMillis() < deadline; index++) {
                 Message message = new Message(topic, ("message " + index).getBytes(UTF_8));
                 message.setKeys("key-" + index);
+                String storedBy;
                 try {
                     SendResult result = producer.send(message);
                     if (result.getSendStatus() != SendStatus.SEND_OK) {
                         failed++;
                         continue;
                     }
+                    InetSocketAddress address = (InetSocketAddress) MessageDecoder
+                        .decodeMessageId(result.getOffsetMsgId()).getAddress();
+                    storedBy = address.getAddress().getHostAddress() + ":" + address.getPort();
                 } catch (Exception error) {
                     failed++;
                     continue;
@@ -99,7 +105,7 @@ public final class Failover {
                 }
                 lastAck = now;
                 ackedCount++;
-                out.println(index + " " + now);
+                out.println(index + " " + now + " " + storedBy);
                 out.flush();
             }
         } finally {
@@ -114,7 +120,7 @@ public final class Failover {
         Set<Integer> expected = new TreeSet<>();
         for (String line : Files.readAllLines(acked, UTF_8)) {
             String[] parts = line.trim().split(" ");
-            if (parts.length == 2) {
+            if (parts.length >= 2) {
                 expected.add(Integer.parseInt(parts[0]));
             }
         }

@@ -55,6 +55,11 @@ enum Command {
         /// the HA port (listen port + 1), its data in DATA/<name>/slave-<id>.
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4))]
         slaves: u16,
+        /// Fail over on its own: three controller nodes (on the name server port plus 2, minus
+        /// 8 and minus 18: 9878, 9868, 9858; data in DATA/controller/n<i>) elect each broker
+        /// set's master, and every broker runs in controller mode, its role decided by them.
+        #[arg(long)]
+        controller: bool,
     },
     /// Run a name server; with `enableControllerInNamesrv=true` in its configuration, a
     /// controller too, on its own address from `controllerDLegerPeers`.
@@ -145,11 +150,13 @@ fn run(cli: Cli) -> ExitCode {
                 broker_port,
                 masters,
                 slaves,
+                controller,
             } => {
                 let layout = Layout {
                     masters,
                     slaves,
                     broker_port,
+                    controller,
                 };
                 up(config.as_deref(), &data, namesrv_port, layout, stop_signal).await
             }
@@ -218,6 +225,7 @@ struct Layout {
     masters: u16,
     slaves: u16,
     broker_port: u16,
+    controller: bool,
 }
 
 /// One broker of the layout: its name, id, role, port and data folder.
@@ -230,7 +238,7 @@ struct Member {
 
 impl Layout {
     fn single(&self) -> bool {
-        self.masters == 1 && self.slaves == 0
+        self.masters == 1 && self.slaves == 0 && !self.controller
     }
 
     /// Masters first; slave `j` of a master on the master's port plus 10 j.
@@ -293,7 +301,16 @@ async fn up(
         namesrv_addr,
     };
     let mut running = Vec::new();
-    if layout.single() {
+    let mut controllers = Vec::new();
+    if layout.controller {
+        let (nodes, addrs) = start_controller_group(data, namesrv_port).await?;
+        controllers = nodes;
+        for (master, slaves) in layout.members(data) {
+            for member in std::iter::once(master).chain(slaves) {
+                running.push(start_controlled(&defaults, &member, &addrs).await?);
+            }
+        }
+    } else if layout.single() {
         let mut config = defaults.config(data, layout.broker_port)?;
         if !file_sets(config_path, "listenPort") {
             config.listen_port = layout.broker_port;
@@ -310,16 +327,96 @@ async fn up(
         }
     }
     if !stop_signal.received().await {
-        serve_until_stopped(&running[0], namesrv_addr, data, &mut stop_signal).await;
+        let controller = controllers.first().map(|(_, _, addr)| *addr);
+        serve_until_stopped(
+            &running[0],
+            namesrv_addr,
+            controller,
+            data,
+            &mut stop_signal,
+        )
+        .await;
     }
     tracing::info!("stopping");
     // Slaves first, so that none reports a master gone while the masters stop.
     for broker in running.iter().rev() {
         broker.shutdown().await;
     }
+    for (stop, task, _) in controllers {
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
     let _ = stop.send(true);
     let _ = namesrv_task.await;
     Ok(())
+}
+
+/// A controller node's stop switch, its task and its address.
+type ControllerNode = (watch::Sender<bool>, tokio::task::JoinHandle<()>, SocketAddr);
+
+/// The three controller nodes of `quiver up --controller`, on loopback ports below the name
+/// server's (any free ones when it takes any), their state in DATA/controller/n<i>.
+async fn start_controller_group(
+    data: &Path,
+    namesrv_port: u16,
+) -> anyhow::Result<(Vec<ControllerNode>, Vec<String>)> {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut listeners = Vec::new();
+    for offset in [2i32, -8, -18] {
+        let port = match namesrv_port {
+            0 => 0,
+            base => u16::try_from(i32::from(base) + offset)
+                .context("the name server port leaves no room for the controller's ports")?,
+        };
+        let listener = TcpListener::bind(SocketAddr::new(loopback, port))
+            .await
+            .with_context(|| format!("cannot listen on 127.0.0.1:{port} for a controller node"))?;
+        listeners.push(listener);
+    }
+    let mut peers = Vec::new();
+    for (i, listener) in listeners.iter().enumerate() {
+        peers.push((format!("n{i}"), listener.local_addr()?));
+    }
+    let mut nodes = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let config = quiver_controller::ControllerConfig {
+            group: "quiver-up".into(),
+            peers: peers.clone(),
+            self_id: format!("n{i}"),
+            store_path: data.join("controller").join(format!("n{i}")),
+            ..quiver_controller::ControllerConfig::default()
+        };
+        nodes.push(serve_controller(config, listener).await?);
+    }
+    let addrs: Vec<String> = peers.iter().map(|(_, addr)| addr.to_string()).collect();
+    println!("controller: {}", addrs.join(" "));
+    Ok((nodes, addrs))
+}
+
+/// A broker of `quiver up --controller`: its store, name and port from the layout, its id and
+/// role from the controller.
+async fn start_controlled(
+    defaults: &BrokerDefaults<'_>,
+    member: &Member,
+    controllers: &[String],
+) -> anyhow::Result<RunningBroker> {
+    let mut config = defaults.member_config(member)?;
+    config.controller.enabled = true;
+    config.controller.addrs = controllers.to_vec();
+    config.broker_id = -1;
+    config.role = BrokerRole::Slave;
+    if member.listen_port == 0 {
+        config.ha_listen_port = Some(0);
+    }
+    let started = quiver_broker::start(config).await?;
+    println!(
+        "{} replica: broker {} ha {} data {}",
+        member.name,
+        started.local_addr,
+        started.broker.ha_host(),
+        member.data.display()
+    );
+    Ok(started)
 }
 
 /// What every broker of `quiver up` starts from: the embedded defaults, the config file on top,
@@ -408,6 +505,7 @@ async fn start_slave(
 async fn serve_until_stopped(
     first: &RunningBroker,
     namesrv_addr: SocketAddr,
+    controller: Option<SocketAddr>,
     data: &Path,
     stop_signal: &mut StopSignal,
 ) {
@@ -421,7 +519,13 @@ async fn serve_until_stopped(
             tracing::warn!("the broker has not registered with the embedded name server yet");
         }
         tracing::info!(namesrv = %namesrv_addr, broker = %first.local_addr, data = %data.display(), "quiver is up");
-        println!("ready namesrv={} broker={}", namesrv_addr, first.local_addr);
+        match controller {
+            Some(controller) => println!(
+                "ready namesrv={} broker={} controller={controller}",
+                namesrv_addr, first.local_addr
+            ),
+            None => println!("ready namesrv={} broker={}", namesrv_addr, first.local_addr),
+        }
         stop_signal.wait().await;
     }
 }
@@ -494,10 +598,7 @@ async fn controller(config_path: &Path, mut stop_signal: StopSignal) -> anyhow::
 
 /// A controller node from the controller keys of `text` (the rest are the name server's, or
 /// RocketMQ's that Quiver does without, and are logged), listening on its own peer address.
-async fn start_controller(
-    text: &str,
-    file: &str,
-) -> anyhow::Result<(watch::Sender<bool>, tokio::task::JoinHandle<()>, SocketAddr)> {
+async fn start_controller(text: &str, file: &str) -> anyhow::Result<ControllerNode> {
     let mut config = quiver_controller::ControllerConfig::default();
     let others = config
         .apply_properties(text)
@@ -515,6 +616,14 @@ async fn start_controller(
     let listener = TcpListener::bind(wanted)
         .await
         .with_context(|| format!("cannot listen on {wanted} for the controller"))?;
+    serve_controller(config, listener).await
+}
+
+/// Opens a controller node and serves it on `listener`.
+async fn serve_controller(
+    config: quiver_controller::ControllerConfig,
+    listener: TcpListener,
+) -> anyhow::Result<ControllerNode> {
     let address = listener.local_addr()?;
     let controller = quiver_controller::Controller::open(config, address)
         .await

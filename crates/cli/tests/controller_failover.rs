@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{binary, pull_all};
+use quiver_testkit::crash::max_offset;
 use quiver_testkit::{wait_until, QuiverProcess, SendOptions, WireClient};
 use quiver_wire::body::{self, BrokerReplicasInfo, EpochEntryCache, ReplicasInfo};
 use quiver_wire::code::{request_code, response_code};
@@ -236,4 +237,82 @@ fn the_controller_fails_a_quiver_broker_set_over_and_the_old_master_rejoins_as_a
         "the rejoined slave holds the new master's log, and no more"
     );
     let _ = other;
+}
+
+/// The controller node that leads, as `node` names it.
+fn leader_named_by(node: SocketAddr) -> Option<SocketAddr> {
+    let mut client = WireClient::connect(node, Encoding::Json).ok()?;
+    let answer = client
+        .call(Command::request(
+            request_code::CONTROLLER_GET_METADATA_INFO,
+            Encoding::Json,
+        ))
+        .ok()?;
+    answer
+        .ext
+        .as_ref()?
+        .get("controllerLeaderAddress")?
+        .parse()
+        .ok()
+}
+
+/// `quiver up --controller` runs three controller nodes and a broker set whose master they
+/// elect: sends through the route are stored on the master and reach the slave over AutoSwitch
+/// HA, with the SyncStateSet holding both.
+#[test]
+fn quiver_up_with_a_controller_runs_a_set_whose_master_it_elects_and_whose_slave_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let up = QuiverProcess::start(
+        &binary(),
+        &[
+            "up",
+            "--controller",
+            "--masters",
+            "1",
+            "--slaves",
+            "1",
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            "--data",
+            data.to_str().unwrap(),
+        ],
+        dir.path(),
+    )
+    .expect("quiver up --controller starts");
+    let leader = wait_until(WAIT, || leader_named_by(up.controller()))
+        .expect("the controller nodes elect a leader");
+    let info = wait_for_master(leader, 2, None);
+    let master: SocketAddr = info.master_address.parse().unwrap();
+    let slave: SocketAddr = info
+        .in_sync_replicas
+        .iter()
+        .map(|r| r.broker_address.parse::<SocketAddr>().unwrap())
+        .find(|a| *a != master)
+        .expect("a slave in the SyncStateSet");
+    create_topic(master);
+    let mut client = WireClient::connect(master, Encoding::Json).unwrap();
+    let mut sent = Vec::new();
+    for n in 0..200 {
+        let body = format!("up-{n}");
+        let options = SendOptions {
+            queue_id: Some(n % QUEUES),
+            ..SendOptions::default()
+        };
+        let answer = client.send(TOPIC, body.as_bytes(), &options).unwrap();
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        sent.push(body);
+    }
+    sent.sort();
+    let on_slave = wait_until(WAIT, || {
+        let mut client = WireClient::connect(slave, Encoding::Json).ok()?;
+        let total: i64 = (0..QUEUES)
+            .map(|q| max_offset(&mut client, TOPIC, q).unwrap_or(0))
+            .sum();
+        (total == 200).then_some(total)
+    });
+    assert_eq!(on_slave, Some(200), "the slave holds every message");
+    assert_eq!(bodies_on(master), sent);
 }
