@@ -19,7 +19,7 @@ trap 'rm -f "$ROWS"' EXIT
 
 for pair in $(seq "$PAIRS"); do
   for controller in quiver rocketmq; do
-    out="$(CONTROLLER=$controller THREE_NODES=0 "$REPO/compat/controller.sh" 2>&1)" ||
+    out="$(CONTROLLER=$controller ONLY_FIRST=1 "$REPO/compat/controller.sh" 2>&1)" ||
       { echo "$out" | tail -30 >&2; echo "failover.sh: the $controller run failed" >&2; exit 1; }
     first_ms="$(echo "$out" | sed -n 's/.*first acknowledgement \([0-9]*\) ms after the kill.*/\1/p')"
     failed="$(echo "$out" | sed -n 's/^acknowledged [0-9]*, failed \([0-9]*\),.*/\1/p' | head -n 1)"

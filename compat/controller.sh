@@ -10,13 +10,16 @@
 # Prints the time from the kill to the first message the new master acknowledged. Then the same
 # with three `quiver controller` processes as the controller, killing its leader node together
 # with the master: a new leader must still elect the other broker, with nothing acknowledged
-# lost.
+# lost. Then a set of one RocketMQ broker and one Quiver broker under RocketMQ's own controller,
+# both ways: the Quiver replica takes over from a RocketMQ master, and the RocketMQ replica from
+# a Quiver master (AutoSwitch HA between the two).
 #
 #   compat/controller.sh                      build quiver (debug) and run
 #   QUIVER_BINARY=path compat/controller.sh   use that binary, build nothing
 #   CONTROLLER=rocketmq compat/controller.sh  the first under Apache RocketMQ's own name server
 #                                             and controller, for comparison (bench/failover.sh)
-#   THREE_NODES=0 compat/controller.sh        only the first
+#   ONLY_FIRST=1 compat/controller.sh         only the first
+#   SCENARIOS="function:folder ..."           the scenarios named
 #
 # The reference brokers bind their HA ports on every interface, so everything runs inside a
 # private network namespace that has only `lo` (root and `unshare`); without them this prints
@@ -131,9 +134,10 @@ EOF
 }
 
 # The scenario: $1 controller nodes (1 or 3); with $2 = leader-too, the controller's leader node
-# is killed together with the master.
+# is killed together with the master; $3 and $4 what the two brokers are, `rocketmq` (the
+# default) or `quiver`, started in that order (the first is elected).
 fail_over() {
-    local nodes="$1" also="${2:-}"
+    local nodes="$1" also="${2:-}" kinds=("${3:-rocketmq}" "${4:-rocketmq}")
     start_controllers "$nodes"
     local n pids=()
     for n in 1 2; do
@@ -152,8 +156,22 @@ haListenPort=3${n}912
 flushDiskType=ASYNC_FLUSH
 storePathRootDir=$dir/store-$n
 EOF
-        reference_broker "$dir/broker-$n" "$dir/broker-$n.conf"
-        pids+=("$BROKER_PID")
+        if [ "${kinds[$((n - 1))]}" = quiver ]; then
+            mkdir -p "$dir/broker-$n"
+            "$QUIVER_BINARY" broker -c "$dir/broker-$n.conf" >"$dir/broker-$n/broker.out" \
+                2>"$dir/broker-$n/broker.log" &
+            PIDS+=("$!")
+            pids+=("$!")
+            wait_for_line "$dir/broker-$n/broker.out" '^ready ' 30
+        else
+            reference_broker "$dir/broker-$n" "$dir/broker-$n.conf"
+            pids+=("$BROKER_PID")
+        fi
+        # The first is elected before the second starts.
+        if [ "$n" = 1 ]; then
+            local any="${CONTROLLERS%%;*}"
+            wait_for_sync_state_set 127.0.0.1:31911 90 1
+        fi
     done
     local any="${CONTROLLERS%%;*}"
     # The first to register is elected; the other follows it and joins the SyncStateSet.
@@ -242,6 +260,22 @@ rocketmq_brokers_fail_over_under_a_controller() {
     fail_over 1
 }
 
+a_quiver_replica_takes_over_from_a_rocketmq_master() {
+    local CONTROLLER=rocketmq
+    dir="$WORK/quiver-after-rocketmq"
+    mkdir -p "$dir"
+    log "an Apache RocketMQ 5.5.0 master and a Quiver replica under the $CONTROLLER controller"
+    fail_over 1 "" rocketmq quiver
+}
+
+a_rocketmq_replica_takes_over_from_a_quiver_master() {
+    local CONTROLLER=rocketmq
+    dir="$WORK/rocketmq-after-quiver"
+    mkdir -p "$dir"
+    log "a Quiver master and an Apache RocketMQ 5.5.0 replica under the $CONTROLLER controller"
+    fail_over 1 "" quiver rocketmq
+}
+
 rocketmq_brokers_fail_over_when_the_controller_leader_dies_with_the_master() {
     dir="$WORK/three-controllers"
     mkdir -p "$dir"
@@ -252,8 +286,15 @@ rocketmq_brokers_fail_over_when_the_controller_leader_dies_with_the_master() {
 inside() {
     WORK="$(mktemp -d -t quiver-controller.XXXXXX)"
     local scenarios=(rocketmq_brokers_fail_over_under_a_controller:reference-brokers)
-    if [ "$CONTROLLER" = quiver ] && [ "${THREE_NODES:-1}" = 1 ]; then
-        scenarios+=(rocketmq_brokers_fail_over_when_the_controller_leader_dies_with_the_master:three-controllers)
+    if [ "$CONTROLLER" = quiver ] && [ "${ONLY_FIRST:-0}" = 0 ]; then
+        scenarios+=(
+            rocketmq_brokers_fail_over_when_the_controller_leader_dies_with_the_master:three-controllers
+            a_quiver_replica_takes_over_from_a_rocketmq_master:quiver-after-rocketmq
+            a_rocketmq_replica_takes_over_from_a_quiver_master:rocketmq-after-quiver
+        )
+    fi
+    if [ -n "${SCENARIOS:-}" ]; then
+        read -r -a scenarios <<<"$SCENARIOS"
     fi
     run_scenarios "controller mode" "${scenarios[@]}"
 }
