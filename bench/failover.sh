@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Failover of Apache RocketMQ 5.5.0 brokers in controller mode, under Quiver's controller against
-# under Apache RocketMQ's own, in the same run on this machine: compat/controller.sh's first
-# scenario (two brokers, allAckInSyncStateSet, RocketMQ's producer sending one message at a
-# time, SIGKILL of the master), PAIRS times each, alternating. Prints per run the time from the
+# Failover in controller mode, Quiver (two Quiver brokers under Quiver's controller) against
+# Apache RocketMQ 5.5.0 (two RocketMQ brokers under RocketMQ's controller), in the same run on
+# this machine: compat/controller.sh's scenario (allAckInSyncStateSet, RocketMQ's producer
+# sending from SENDERS threads (64), SIGKILL of the master), PAIRS times each, alternating. Prints per run the time from the
 # kill to the first acknowledgement by the new master, the sends that failed meanwhile, and
 # whether every acknowledged message was read back; then the medians.
 #
@@ -17,9 +17,14 @@ PAIRS=${PAIRS:-3}
 ROWS="$(mktemp /tmp/quiver-failover.XXXXXX)"
 trap 'rm -f "$ROWS"' EXIT
 
+# Each system whole: Quiver's brokers under Quiver's controller, RocketMQ's under RocketMQ's.
+declare -A SCENARIO=(
+  [quiver]=quiver_brokers_fail_over_under_quivers_controller:quiver-brokers
+  [rocketmq]=rocketmq_brokers_fail_over_under_a_controller:reference-brokers
+)
 for pair in $(seq "$PAIRS"); do
   for controller in quiver rocketmq; do
-    out="$(CONTROLLER=$controller ONLY_FIRST=1 "$REPO/compat/controller.sh" 2>&1)" ||
+    out="$(CONTROLLER=$controller SCENARIOS="${SCENARIO[$controller]}" "$REPO/compat/controller.sh" 2>&1)" ||
       { echo "$out" | tail -30 >&2; echo "failover.sh: the $controller run failed" >&2; exit 1; }
     first_ms="$(echo "$out" | sed -n 's/.*first acknowledgement \([0-9]*\) ms after the kill.*/\1/p')"
     failed="$(echo "$out" | sed -n 's/^acknowledged [0-9]*, failed \([0-9]*\),.*/\1/p' | head -n 1)"
@@ -31,7 +36,7 @@ done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 echo
-echo "| controller | median ms from kill to first acknowledgement | median failed sends |"
+echo "| system | median ms from kill to the new master's first acknowledgement | median failed sends |"
 echo "|---|---|---|"
 for controller in quiver rocketmq; do
   ms=$(awk -v c="$controller" '$1 == c { print $2 }' "$ROWS" | median)

@@ -5,8 +5,9 @@
 //   create-topic NAMESRV BROKER_ADDR TOPIC QUEUES
 //       creates TOPIC on one broker (UPDATE_AND_CREATE_TOPIC), so that every replica has it
 //       before a failover (a RocketMQ slave otherwise learns topics with its periodic copy).
-//   send NAMESRV TOPIC ACKED_FILE STOP_FILE DEADLINE_S
-//       sends message after message (synchronously, body "message <i>") until STOP_FILE exists
+//   send NAMESRV TOPIC ACKED_FILE STOP_FILE DEADLINE_S [SENDERS]
+//       sends message after message from SENDERS threads (1; synchronously, body
+//       "message <i>", one producer) until STOP_FILE exists
 //       or the deadline, and appends "<i> <millis> <broker address>" to ACKED_FILE for each
 //       SEND_OK (the address that stored it, from its offset message id), flushed at once. Prints how many were acknowledged and failed, and the longest time between two
 //       acknowledgements.
@@ -47,13 +48,14 @@ public final class Failover {
         if (args.length == 5 && args[0].equals("create-topic")) {
             createTopic(args[1], args[2], args[3], Integer.parseInt(args[4]));
             ok = true;
-        } else if (args.length == 6 && args[0].equals("send")) {
-            ok = send(args[1], args[2], Path.of(args[3]), Path.of(args[4]), Long.parseLong(args[5]));
+        } else if ((args.length == 6 || args.length == 7) && args[0].equals("send")) {
+            int senders = args.length == 7 ? Integer.parseInt(args[6]) : 1;
+            ok = send(args[1], args[2], Path.of(args[3]), Path.of(args[4]), Long.parseLong(args[5]), senders);
         } else if (args.length == 5 && args[0].equals("check")) {
             ok = check(args[1], args[2], Path.of(args[3]), Long.parseLong(args[4]));
         } else {
             System.err.println("usage: create-topic NAMESRV BROKER_ADDR TOPIC QUEUES"
-                + " | send NAMESRV TOPIC ACKED_FILE STOP_FILE DEADLINE_S | check NAMESRV TOPIC ACKED_FILE DEADLINE_S");
+                + " | send NAMESRV TOPIC ACKED_FILE STOP_FILE DEADLINE_S [SENDERS] | check NAMESRV TOPIC ACKED_FILE DEADLINE_S");
             ok = false;
         }
         System.exit(ok ? 0 : 1);
@@ -72,7 +74,8 @@ public final class Failover {
         }
     }
 
-    static boolean send(String namesrv, String topic, Path acked, Path stop, long deadlineS) throws Exception {
+    static boolean send(String namesrv, String topic, Path acked, Path stop, long deadlineS, int senders)
+        throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer("failover_producer");
         producer.setNamesrvAddr(namesrv);
         producer.setInstanceName("failover-producer");
@@ -80,40 +83,68 @@ public final class Failover {
         producer.setPollNameServerInterval(ROUTE_POLL_MS);
         producer.start();
         long deadline = System.currentTimeMillis() + deadlineS * 1000;
-        long ackedCount = 0, failed = 0, lastAck = 0, longestGap = 0;
+        Totals totals = new Totals();
         try (PrintWriter out = new PrintWriter(new FileWriter(acked.toFile(), UTF_8, true))) {
-            for (int index = 0; !Files.exists(stop) && System.currentTimeMillis() < deadline; index++) {
+            List<Thread> threads = new java.util.ArrayList<>();
+            for (int sender = 0; sender < senders; sender++) {
+                int first = sender;
+                Thread thread = new Thread(() -> sendFrom(producer, topic, first, senders, out, stop, deadline, totals));
+                thread.start();
+                threads.add(thread);
+            }
+            for (Thread thread : threads) {
+                thread.join();
+            }
+        } finally {
+            producer.shutdown();
+        }
+        System.out.println("acknowledged " + totals.acked + ", failed " + totals.failed
+            + ", longest time between acknowledgements " + totals.longestGap + " ms");
+        return totals.acked > 0;
+    }
+
+    /** What the senders counted, under its own lock. */
+    static final class Totals {
+        long acked, failed, lastAck, longestGap;
+    }
+
+    /** One sender: messages first, first + step, first + 2 step, ... */
+    static void sendFrom(DefaultMQProducer producer, String topic, int first, int step, PrintWriter out,
+        Path stop, long deadline, Totals totals) {
+        {
+            for (int index = first; !Files.exists(stop) && System.currentTimeMillis() < deadline; index += step) {
                 Message message = new Message(topic, ("message " + index).getBytes(UTF_8));
                 message.setKeys("key-" + index);
                 String storedBy;
                 try {
                     SendResult result = producer.send(message);
                     if (result.getSendStatus() != SendStatus.SEND_OK) {
-                        failed++;
+                        synchronized (totals) {
+                            totals.failed++;
+                        }
                         continue;
                     }
                     InetSocketAddress address = (InetSocketAddress) MessageDecoder
                         .decodeMessageId(result.getOffsetMsgId()).getAddress();
                     storedBy = address.getAddress().getHostAddress() + ":" + address.getPort();
                 } catch (Exception error) {
-                    failed++;
+                    synchronized (totals) {
+                        totals.failed++;
+                    }
                     continue;
                 }
-                long now = System.currentTimeMillis();
-                if (lastAck > 0) {
-                    longestGap = Math.max(longestGap, now - lastAck);
+                synchronized (totals) {
+                    long now = System.currentTimeMillis();
+                    if (totals.lastAck > 0) {
+                        totals.longestGap = Math.max(totals.longestGap, now - totals.lastAck);
+                    }
+                    totals.lastAck = now;
+                    totals.acked++;
+                    out.println(index + " " + now + " " + storedBy);
+                    out.flush();
                 }
-                lastAck = now;
-                ackedCount++;
-                out.println(index + " " + now + " " + storedBy);
-                out.flush();
             }
-        } finally {
-            producer.shutdown();
         }
-        System.out.println("acknowledged " + ackedCount + ", failed " + failed
-            + ", longest time between acknowledgements " + longestGap + " ms");
-        return ackedCount > 0;
     }
 
     static boolean check(String namesrv, String topic, Path acked, long deadlineS) throws Exception {
