@@ -18,7 +18,7 @@ use quiver_testkit::crash::max_offset;
 use quiver_testkit::{wait_until, QuiverProcess, SendOptions, WireClient};
 use quiver_wire::body::{self, BrokerReplicasInfo, EpochEntryCache, ReplicasInfo};
 use quiver_wire::code::{request_code, response_code};
-use quiver_wire::{Command, Encoding};
+use quiver_wire::{Command, Encoding, ExtFields};
 
 const TOPIC: &str = "FailoverTopic";
 const QUEUES: i32 = 2;
@@ -142,6 +142,30 @@ fn send_until(
     }
 }
 
+/// UPDATE_CONSUMER_OFFSET (with an offset) or QUERY_CONSUMER_OFFSET of queue 0 for a group.
+fn offset_request(code: i32, offset: Option<i64>) -> Command {
+    let mut ext = ExtFields::new()
+        .with("consumerGroup", "failover_group")
+        .with("topic", TOPIC)
+        .with("queueId", 0);
+    if let Some(offset) = offset {
+        ext = ext.with("commitOffset", offset);
+    }
+    Command::request(code, Encoding::Json).with_ext(ext)
+}
+
+/// The offset `broker` holds for the group's queue 0, if any.
+fn committed_offset(broker: SocketAddr) -> Option<i64> {
+    let mut client = WireClient::connect(broker, Encoding::Json).ok()?;
+    let answer = client
+        .call(offset_request(request_code::QUERY_CONSUMER_OFFSET, None))
+        .ok()?;
+    if answer.code != response_code::SUCCESS {
+        return None;
+    }
+    answer.ext.as_ref()?.get("offset")?.parse().ok()
+}
+
 fn bodies_on(broker: SocketAddr) -> Vec<String> {
     let mut client = WireClient::connect(broker, Encoding::Json).expect("connect");
     let mut bodies = Vec::new();
@@ -185,6 +209,15 @@ fn the_controller_fails_a_quiver_broker_set_over_and_the_old_master_rejoins_as_a
     };
     wait_until(WAIT, || (acked.lock().unwrap().len() >= 100).then_some(()))
         .expect("the master acknowledges sends with a SyncStateSet of two");
+    // A consumer's offset committed on the master reaches the slave before the master dies.
+    let mut committer = WireClient::connect(master_addr, Encoding::Json).expect("connect");
+    let committed = committer.call(offset_request(
+        request_code::UPDATE_CONSUMER_OFFSET,
+        Some(42),
+    ));
+    assert_eq!(committed.unwrap().code, response_code::SUCCESS);
+    wait_until(WAIT, || (committed_offset(other_addr)? == 42).then_some(()))
+        .expect("the slave copies the committed offset");
     master.kill9().expect("kill -9 the master");
     stop.store(true, Ordering::Release);
     sender.join().unwrap();
@@ -206,6 +239,11 @@ fn the_controller_fails_a_quiver_broker_set_over_and_the_old_master_rejoins_as_a
     .expect("the new master takes sends");
     acked.lock().unwrap().push("after-0".into());
 
+    assert_eq!(
+        committed_offset(other_addr),
+        Some(42),
+        "the new master keeps the consumer's offset"
+    );
     let held = bodies_on(other_addr);
     for body in acked.lock().unwrap().iter() {
         assert!(

@@ -586,22 +586,14 @@ impl Store {
         max_bytes: u32,
         accept: &dyn Fn(i64) -> bool,
     ) -> Result<QueueRead, ReadError> {
-        let memory = &self.inner.memory;
-        if memory.holds(topic) {
-            return Ok(memory.read(topic, queue_id, offset, max_messages, max_bytes, accept));
-        }
-        read::read(
-            self.inner.reader(),
-            read::Wanted {
-                topic,
-                queue_id,
-                offset,
-                max_messages,
-                max_bytes,
-            },
-            accept,
-            false,
-        )
+        let wanted = read::Wanted {
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            max_bytes,
+        };
+        self.read_queue(wanted, accept, false)
     }
 
     /// `read`, leaving runs of large records (`SEND_FROM_FILE_RECORD_BYTES_MIN` on average)
@@ -616,22 +608,35 @@ impl Store {
         max_bytes: u32,
         accept: &dyn Fn(i64) -> bool,
     ) -> Result<QueueRead, ReadError> {
+        let wanted = read::Wanted {
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            max_bytes,
+        };
+        self.read_queue(wanted, accept, true)
+    }
+
+    /// A topic kept in memory is read from its rings; any other from the files.
+    fn read_queue(
+        &self,
+        wanted: read::Wanted<'_>,
+        accept: &dyn Fn(i64) -> bool,
+        to_send: bool,
+    ) -> Result<QueueRead, ReadError> {
         let memory = &self.inner.memory;
-        if memory.holds(topic) {
-            return Ok(memory.read(topic, queue_id, offset, max_messages, max_bytes, accept));
-        }
-        read::read(
-            self.inner.reader(),
-            read::Wanted {
+        if memory.holds(wanted.topic) {
+            let read::Wanted {
                 topic,
                 queue_id,
                 offset,
                 max_messages,
                 max_bytes,
-            },
-            accept,
-            true,
-        )
+            } = wanted;
+            return Ok(memory.read(topic, queue_id, offset, max_messages, max_bytes, accept));
+        }
+        read::read(self.inner.reader(), wanted, accept, to_send)
     }
 
     /// Zeros for an unknown queue.

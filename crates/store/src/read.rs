@@ -318,22 +318,10 @@ fn read_run(
     out: &mut Vec<u8>,
     segment_cache: &mut Option<(u64, Arc<File>)>,
 ) -> Result<Option<Damage>, ReadError> {
-    if let Some(damage) = cache_segment(log, run, segment_cache)? {
-        return Ok(Some(damage));
-    }
-    let (base, file) = segment_cache
-        .as_ref()
-        .expect("segment cache was just filled");
-    let base = *base;
-    if run.start + run.bytes > base + log.segment_bytes() {
-        return Ok(Some(segment_damage(
-            log,
-            base,
-            run.first,
-            run.start,
-            "ConsumeQueue entry runs past the segment end".to_string(),
-        )));
-    }
+    let (base, file) = match run_segment(log, run, segment_cache)? {
+        Ok(found) => found,
+        Err(damage) => return Ok(Some(damage)),
+    };
     let at = out.len();
     out.resize(at + run.bytes as usize, 0);
     match file.read_exact_at(&mut out[at..], run.start - base) {
@@ -364,22 +352,10 @@ fn leave_run(
     files: &mut Vec<FileSlice>,
     segment_cache: &mut Option<(u64, Arc<File>)>,
 ) -> Result<Option<Damage>, ReadError> {
-    if let Some(damage) = cache_segment(log, run, segment_cache)? {
-        return Ok(Some(damage));
-    }
-    let (base, file) = segment_cache
-        .as_ref()
-        .expect("segment cache was just filled");
-    let base = *base;
-    if run.start + run.bytes > base + log.segment_bytes() {
-        return Ok(Some(segment_damage(
-            log,
-            base,
-            run.first,
-            run.start,
-            "ConsumeQueue entry runs past the segment end".to_string(),
-        )));
-    }
+    let (base, file) = match run_segment(log, run, segment_cache)? {
+        Ok(found) => found,
+        Err(damage) => return Ok(Some(damage)),
+    };
     let file_bytes = file
         .metadata()
         .map_err(|e| ReadError::io(&log.segment_path(base), &e))?
@@ -430,6 +406,31 @@ fn header_mismatch(record: &[u8], size: u32) -> Option<String> {
     (total != size as i32 || !quiver_record::is_record_magic(magic)).then(|| {
         format!("ConsumeQueue says a {size}-byte record, the log has TOTALSIZE {total} MAGIC {magic:#x}")
     })
+}
+
+/// The segment holding the run (its base and file), through `segment_cache`; damage when none
+/// does or the run passes its end.
+fn run_segment<'c>(
+    log: &Log,
+    run: &Run,
+    segment_cache: &'c mut Option<(u64, Arc<File>)>,
+) -> Result<Result<(u64, &'c Arc<File>), Damage>, ReadError> {
+    if let Some(damage) = cache_segment(log, run, segment_cache)? {
+        return Ok(Err(damage));
+    }
+    let (base, file) = segment_cache
+        .as_ref()
+        .expect("segment cache was just filled");
+    if run.start + run.bytes > base + log.segment_bytes() {
+        return Ok(Err(segment_damage(
+            log,
+            *base,
+            run.first,
+            run.start,
+            "ConsumeQueue entry runs past the segment end".to_string(),
+        )));
+    }
+    Ok(Ok((*base, file)))
 }
 
 /// Puts the segment holding the run's start in `segment_cache`, unless it is there already:
