@@ -6,7 +6,9 @@
 # sends with RocketMQ's producer from 64 threads (compat/controller/Failover.java), kills the
 # master with SIGKILL, and checks that the other is elected at a higher epoch, that the producer
 # carries on on it, and that a new consumer group reads every acknowledged message from it. It
-# prints the time from the kill to the new master's first acknowledgement. The scenarios:
+# prints the time from the kill to the new master's first acknowledgement. Before the kill
+# `mqadmin getBrokerEpoch` must read both replicas' epochs, and after it `mqadmin
+# cleanBrokerMetadata` must remove the dead broker from the controller. The scenarios:
 #
 #   - three `quiver controller` processes as the controller, two RocketMQ brokers, and the
 #     controller's leader node killed together with the master;
@@ -189,9 +191,10 @@ EOF
         fi
     done
     [ -n "$master" ] || { log "no SyncStateSet of two within 90 s:"; cat "$dir/sync-state-set.out" >&2; return 1; }
-    local epoch
+    local epoch master_id
     epoch="$(field MasterEpoch "$dir/sync-state-set.out")"
-    log "master $master at epoch $epoch, both replicas in sync"
+    master_id="$(field MasterBrokerId "$dir/sync-state-set.out")"
+    log "master $master (id $master_id) at epoch $epoch, both replicas in sync"
     admin getControllerMetaData -a "$any" >"$dir/metadata.out" 2>&1
     local leader
     leader="$(field ControllerLeaderAddress "$dir/metadata.out")"
@@ -219,6 +222,11 @@ EOF
         [ "$SECONDS" -lt "$deadline" ] || { log "not $ACKED_BEFORE acknowledged in 60 s"; cat "$dir/send.out" >&2; return 1; }
         sleep 0.1
     done
+    # Both replicas hold messages of this epoch now: each answers GET_BROKER_EPOCH_CACHE with
+    # it (mqadmin getBrokerEpoch asks every replica of the set).
+    admin getBrokerEpoch -n 127.0.0.1:9876 -b broker-a >"$dir/epochs.out" 2>&1
+    [ "$(grep -c "#Epoch: EpochEntry{epoch=$epoch" "$dir/epochs.out")" = 2 ] ||
+        { log "getBrokerEpoch:"; cat "$dir/epochs.out" >&2; return 1; }
     local killed_ms before
     before="$(wc -l <"$acked")"
     killed_ms="$(date +%s%3N)"
@@ -254,6 +262,17 @@ EOF
     log "first acknowledgement $((first_after - killed_ms)) ms after the kill" \
         "($(awk -v k="$killed_ms" '$2 > k' "$acked" | wc -l) acknowledged since)"
     failover_tool check 127.0.0.1:9876 "$TOPIC" "$acked" 60 | tee "$dir/check.out"
+    # The killed broker is no longer alive: its id can be cleaned from the controller.
+    admin cleanBrokerMetadata -a "$any" -bn broker-a -b "$master_id" -c DefaultCluster \
+        >"$dir/clean.out" 2>&1
+    grep -q "success" "$dir/clean.out" || { log "cleanBrokerMetadata:"; cat "$dir/clean.out" >&2; return 1; }
+    wait_for_sync_state_set "$other" 30 1
+    if grep -q "brokerId=$master_id," "$dir/sync-state-set.out"; then
+        log "broker $master_id is still a replica after cleanBrokerMetadata:"
+        cat "$dir/sync-state-set.out" >&2
+        return 1
+    fi
+    log "cleanBrokerMetadata removed broker $master_id"
 }
 
 
