@@ -701,8 +701,13 @@ async fn heartbeats(owner: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             let sent_ms = now_ms();
             match link.call(request.clone(), timeout).await {
                 Ok(answer) if answer.code == response_code::SUCCESS => {
-                    // Measured from when it was sent: the controller heard it no earlier.
-                    controlled.extend_lease(sent_ms, config.controller.heartbeat_timeout_ms);
+                    // Measured from when it was sent: the controller heard it no earlier. Only
+                    // the leader's answer counts, as only the leader elects: a master that
+                    // reaches a follower but not the leader must not keep its lease. A
+                    // controller that does not say whether it leads (RocketMQ's) counts.
+                    if answer_from_leader(&answer) {
+                        controlled.extend_lease(sent_ms, config.controller.heartbeat_timeout_ms);
+                    }
                 }
                 Ok(answer) => {
                     tracing::debug!(controller = %link.addr, code = answer.code, "heartbeat refused")
@@ -711,6 +716,16 @@ async fn heartbeats(owner: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// Whether a heartbeat's answer may extend a master's lease: it says its node leads, or it does
+/// not say (a controller that does not tell).
+fn answer_from_leader(answer: &Command) -> bool {
+    answer
+        .ext
+        .as_ref()
+        .and_then(|ext| ext.get("isLeader"))
+        .is_none_or(|leads| leads == "true")
 }
 
 async fn blocking<T: Send + 'static>(
@@ -756,6 +771,23 @@ fn remove_identity(path: &Path) -> Result<(), ControllerError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_a_leaders_answer_or_one_that_does_not_say_extends_a_lease() {
+        let answer = |is_leader: Option<&str>| {
+            let mut ext = quiver_wire::ExtFields::new();
+            if let Some(value) = is_leader {
+                ext = ext.with("isLeader", value);
+            }
+            Command::request(request_code::BROKER_HEARTBEAT, Encoding::Json)
+                .response_to(response_code::SUCCESS)
+                .with_ext(ext)
+        };
+        assert!(answer_from_leader(&answer(Some("true"))));
+        assert!(!answer_from_leader(&answer(Some("false"))));
+        assert!(answer_from_leader(&answer(None)), "RocketMQ's controller does not say");
+    }
+
     use super::*;
 
     #[test]

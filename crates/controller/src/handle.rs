@@ -123,8 +123,11 @@ fn heartbeat(call: &Call<'_>, request: &Command) -> Result<Handled, HeaderError>
             },
         ));
     }
+    // Whether this node leads: a master extends its lease only with the leader's answers, as
+    // only the leader elects (Quiver's own field; RocketMQ's brokers ignore it).
     Ok(request
         .response_to(response_code::SUCCESS)
+        .with_ext(ExtFields::new().with("isLeader", call.controller.is_leader()))
         .with_remark("Heart beat success")
         .into())
 }
