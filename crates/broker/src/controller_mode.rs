@@ -771,6 +771,7 @@ fn remove_identity(path: &Path) -> Result<(), ControllerError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn only_a_leaders_answer_or_one_that_does_not_say_extends_a_lease() {
@@ -785,10 +786,11 @@ mod tests {
         };
         assert!(answer_from_leader(&answer(Some("true"))));
         assert!(!answer_from_leader(&answer(Some("false"))));
-        assert!(answer_from_leader(&answer(None)), "RocketMQ's controller does not say");
+        assert!(
+            answer_from_leader(&answer(None)),
+            "RocketMQ's controller does not say"
+        );
     }
-
-    use super::*;
 
     #[test]
     fn identity_files_read_as_rocketmq_writes_them() {
