@@ -324,8 +324,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut applied = self.applied();
-        let mut next = applied.clone();
+        // openraft applies one batch at a time, so the state can be copied, changed and written
+        // without holding the lock through the fsync, and readers never wait on the disk.
+        let mut next = self.applied().clone();
         let mut answers = Vec::new();
         for entry in entries {
             next.last_applied = Some(entry.log_id);
@@ -345,7 +346,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         self.persist(&next)
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
-        *applied = next;
+        *self.applied() = next;
         Ok(answers)
     }
 

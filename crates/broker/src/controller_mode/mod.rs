@@ -8,23 +8,32 @@
 //! (`role.rs`); a new master records its epoch in the epoch file and registers with the name
 //! servers at once as id 0. A master keeps its SyncStateSet with ALTER_SYNC_STATE_SET.
 //!
+//! The identity files are in `identity.rs`, the heartbeats (and the lease they extend) in
+//! `heartbeat.rs`.
+//!
 //! Every answer is from the network: a missing field or a bad body is an error that is
 //! logged and retried, never a panic; frames are bounded by the codec.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_wire::body::{self, ElectMasterResponseBody, SyncStateSet};
 use quiver_wire::code::{request_code, response_code};
 use quiver_wire::header::{
-    AlterSyncStateSetRequestHeader, ApplyBrokerIdRequestHeader, BrokerHeartbeatRequestHeader,
-    ElectMasterRequestHeader, GetNextBrokerIdRequestHeader, GetReplicaInfoRequestHeader,
-    MasterInfoHeader, RegisterBrokerToControllerRequestHeader,
+    AlterSyncStateSetRequestHeader, ApplyBrokerIdRequestHeader, ElectMasterRequestHeader,
+    GetNextBrokerIdRequestHeader, GetReplicaInfoRequestHeader, MasterInfoHeader,
+    RegisterBrokerToControllerRequestHeader,
 };
 use quiver_wire::{Command, Encoding};
 use tokio::sync::watch;
+
+mod heartbeat;
+mod identity;
+
+use heartbeat::heartbeats;
+use identity::{blocking, read_identity, remove_identity, write_identity, Identity};
+pub use identity::{IDENTITY_FILE, IDENTITY_TEMP_FILE};
 
 use crate::clock::now_ms;
 use crate::config::BrokerRole;
@@ -37,11 +46,6 @@ use crate::state::Broker;
 const CALL_TIMEOUT_MS: u64 = 3_000;
 /// Between attempts at the start-up steps (RocketMQ retries its whole start-up every 5 s).
 const RETRY_MS: u64 = 1_000;
-pub const IDENTITY_FILE: &str = "brokerIdentity";
-pub const IDENTITY_TEMP_FILE: &str = "brokerIdentity-temp";
-/// A larger identity file is refused unread: an honest one is a cluster name, a broker name
-/// (127 bytes each at most), an id and a check code.
-const IDENTITY_FILE_BYTES_MAX: u64 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -62,67 +66,6 @@ pub enum ControllerError {
     },
     #[error("{path}: {problem}")]
     Identity { path: String, problem: String },
-}
-
-/// What `brokerIdentity` (and, with the check code, `brokerIdentity-temp`) says, as
-/// `cluster#name#id[#checkCode]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    pub cluster: String,
-    pub broker_name: String,
-    pub broker_id: i64,
-    pub check_code: Option<String>,
-}
-
-impl Identity {
-    pub fn encode(&self) -> String {
-        let base = format!("{}#{}#{}", self.cluster, self.broker_name, self.broker_id);
-        match &self.check_code {
-            Some(code) => format!("{base}#{code}"),
-            None => base,
-        }
-    }
-
-    /// Parses a file's text; `temp` files carry the check code. Every byte is checked.
-    pub fn decode(text: &str, temp: bool) -> Result<Identity, String> {
-        let parts: Vec<&str> = text.trim_end().split('#').collect();
-        let wanted = if temp { 4 } else { 3 };
-        if parts.len() != wanted || parts.iter().any(|part| part.is_empty()) {
-            return Err(format!("{wanted} non-empty '#'-separated fields expected"));
-        }
-        let broker_id: i64 = parts[2]
-            .parse()
-            .map_err(|_| format!("broker id {:?} is not a number", parts[2]))?;
-        if broker_id < 1 {
-            return Err(format!("broker id {broker_id} is below 1"));
-        }
-        Ok(Identity {
-            cluster: parts[0].to_string(),
-            broker_name: parts[1].to_string(),
-            broker_id,
-            check_code: temp.then(|| parts[3].to_string()),
-        })
-    }
-}
-
-fn read_identity(path: &Path, temp: bool) -> Result<Option<Identity>, ControllerError> {
-    let problem = |problem: String| ControllerError::Identity {
-        path: path.display().to_string(),
-        problem,
-    };
-    let metadata = match std::fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(problem(e.to_string())),
-    };
-    if metadata.len() > IDENTITY_FILE_BYTES_MAX {
-        return Err(problem(format!(
-            "larger than {IDENTITY_FILE_BYTES_MAX} bytes"
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(|e| problem(e.to_string()))?;
-    let text = String::from_utf8(bytes).map_err(|_| problem("not UTF-8".into()))?;
-    Identity::decode(&text, temp).map(Some).map_err(problem)
 }
 
 /// The broker's calls to its controllers: one link per controller, and the leader's.
@@ -661,175 +604,9 @@ impl Client {
     }
 }
 
-/// BROKER_HEARTBEAT to every controller every `brokerHeartbeatInterval`, with the broker's
-/// epoch, log end and priority. Each answered one extends a master's lease.
-async fn heartbeats(owner: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let config = owner.lifecycle().config.clone();
-    let mut links: Vec<Link> = config
-        .controller
-        .addrs
-        .iter()
-        .cloned()
-        .map(Link::new)
-        .collect();
-    let mut tick = tokio::time::interval(Duration::from_millis(
-        config.controller.heartbeat_interval_ms,
-    ));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let timeout = Duration::from_millis(config.controller.heartbeat_interval_ms.max(500));
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => return,
-            _ = tick.tick() => {}
-        }
-        let controlled = controlled(&owner);
-        let stats = owner.replicating().store.stats();
-        let header = BrokerHeartbeatRequestHeader {
-            cluster_name: config.cluster_name.clone(),
-            broker_addr: owner.replicating().store_host.to_string(),
-            broker_name: config.broker_name.clone(),
-            broker_id: Some(controlled.own_id()),
-            epoch: Some(controlled.last_epoch()),
-            max_offset: Some(stats.written_position as i64),
-            confirm_offset: Some(stats.written_position as i64),
-            heartbeat_timeout_millis: Some(config.controller.heartbeat_timeout_ms as i64),
-            election_priority: Some(config.controller.election_priority),
-        };
-        let request = Command::request(request_code::BROKER_HEARTBEAT, Encoding::Json)
-            .with_ext(header.to_ext());
-        for link in links.iter_mut() {
-            let sent_ms = now_ms();
-            match link.call(request.clone(), timeout).await {
-                Ok(answer) if answer.code == response_code::SUCCESS => {
-                    // Measured from when it was sent: the controller heard it no earlier. Only
-                    // the leader's answer counts, as only the leader elects: a master that
-                    // reaches a follower but not the leader must not keep its lease. A
-                    // controller that does not say whether it leads (RocketMQ's) counts.
-                    if answer_from_leader(&answer) {
-                        controlled.extend_lease(sent_ms, config.controller.heartbeat_timeout_ms);
-                    }
-                }
-                Ok(answer) => {
-                    tracing::debug!(controller = %link.addr, code = answer.code, "heartbeat refused")
-                }
-                Err(error) => tracing::debug!(controller = %link.addr, %error, "heartbeat failed"),
-            }
-        }
-    }
-}
-
-/// Whether a heartbeat's answer may extend a master's lease: it says its node leads, or it does
-/// not say (a controller that does not tell).
-fn answer_from_leader(answer: &Command) -> bool {
-    answer
-        .ext
-        .as_ref()
-        .and_then(|ext| ext.get("isLeader"))
-        .is_none_or(|leads| leads == "true")
-}
-
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ControllerError> + Send + 'static,
-) -> Result<T, ControllerError> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result,
-        Err(error) => Err(ControllerError::Identity {
-            path: "blocking task".into(),
-            problem: error.to_string(),
-        }),
-    }
-}
-
-/// Writes an identity file whole, fsynced, through the store's one writer of small files.
-async fn write_identity(path: PathBuf, text: String) -> Result<(), ControllerError> {
-    blocking(move || {
-        quiver_store::durable_file::replace_file(&path, text.as_bytes()).map_err(|e| {
-            ControllerError::Identity {
-                path: path.display().to_string(),
-                problem: e.to_string(),
-            }
-        })
-    })
-    .await
-}
-
-fn remove_identity(path: &Path) -> Result<(), ControllerError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => quiver_store::durable_file::sync_parent_dir(path).map_err(|e| {
-            ControllerError::Identity {
-                path: path.display().to_string(),
-                problem: e.to_string(),
-            }
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(ControllerError::Identity {
-            path: path.display().to_string(),
-            problem: e.to_string(),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_leaders_answer_or_one_that_does_not_say_extends_a_lease() {
-        let answer = |is_leader: Option<&str>| {
-            let mut ext = quiver_wire::ExtFields::new();
-            if let Some(value) = is_leader {
-                ext = ext.with("isLeader", value);
-            }
-            Command::request(request_code::BROKER_HEARTBEAT, Encoding::Json)
-                .response_to(response_code::SUCCESS)
-                .with_ext(ext)
-        };
-        assert!(answer_from_leader(&answer(Some("true"))));
-        assert!(!answer_from_leader(&answer(Some("false"))));
-        assert!(
-            answer_from_leader(&answer(None)),
-            "RocketMQ's controller does not say"
-        );
-    }
-
-    #[test]
-    fn identity_files_read_as_rocketmq_writes_them() {
-        let identity = Identity::decode("DefaultCluster#broker-a#1", false).unwrap();
-        assert_eq!(identity.broker_id, 1);
-        assert_eq!(identity.encode(), "DefaultCluster#broker-a#1");
-        let temp = Identity::decode(
-            "DefaultCluster#broker-a#2#127.0.0.1:30921;1764200000000",
-            true,
-        )
-        .unwrap();
-        assert_eq!(
-            temp.check_code.as_deref(),
-            Some("127.0.0.1:30921;1764200000000")
-        );
-        assert_eq!(
-            temp.encode(),
-            "DefaultCluster#broker-a#2#127.0.0.1:30921;1764200000000"
-        );
-    }
-
-    #[test]
-    fn hostile_identity_files_are_refused() {
-        for text in ["", "a#b", "a#b#x", "a#b#0", "a##1", "a#b#1#", "a#b#-3"] {
-            assert!(Identity::decode(text, false).is_err(), "{text:?}");
-        }
-        assert!(Identity::decode("a#b#1", true).is_err());
-    }
-
-    #[test]
-    fn an_identity_file_too_large_is_not_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(IDENTITY_FILE);
-        std::fs::write(&path, vec![b'a'; 2048]).unwrap();
-        assert!(read_identity(&path, false).is_err());
-        assert!(read_identity(&dir.path().join("missing"), false)
-            .unwrap()
-            .is_none());
-    }
 
     #[test]
     fn an_answer_names_a_master_only_with_its_id_address_and_epoch() {
