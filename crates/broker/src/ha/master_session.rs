@@ -17,7 +17,7 @@ use super::{HEARTBEAT_INTERVAL_MS, SLAVE_SILENCE_MS_MAX};
 pub enum MasterSessionError {
     #[error("the slave sent no report for {SLAVE_SILENCE_MS_MAX} ms")]
     Silent,
-    #[error("the slave's log ends at {slave}, past this master's end {master}: it holds what this master does not")]
+    #[error("the slave says it holds up to {slave}, past {master}, what this master wrote or holds: it claims what it cannot have")]
     SlaveAhead { slave: u64, master: u64 },
     #[error("the CommitLog read at {position} returned nothing below the written position")]
     ReadNothing { position: u64 },
@@ -200,7 +200,7 @@ impl MasterSession {
         };
         Ok(Ready {
             read: self.reading,
-            confirmed: self.confirm(),
+            confirmed: self.confirm()?,
             waiting_for_log,
             deadline_ms,
         })
@@ -238,16 +238,25 @@ impl MasterSession {
         Ok(self.next)
     }
 
-    /// A new confirmation, if the slave's report covers more than the last one: counted only up
-    /// to what this session has written, min(reported, sent end). A slave cannot have received
-    /// more from this master; one that says so does not make a send replicated.
-    fn confirm(&mut self) -> Option<u64> {
-        let position = self.reported?.min(self.sent_end()?);
-        if position <= self.confirmed {
-            return None;
+    /// A new confirmation, if the slave's report covers more than the last one. A slave can
+    /// report only what it received, and it received at most what this session has written: a
+    /// report past that is a peer that says what it does not have, and ends the session (its
+    /// confirmations go with it) rather than be counted up to whatever is written next.
+    fn confirm(&mut self) -> Result<Option<u64>, MasterSessionError> {
+        let (Some(reported), Some(sent)) = (self.reported, self.sent_end()) else {
+            return Ok(None);
+        };
+        if reported > sent {
+            return Err(MasterSessionError::SlaveAhead {
+                slave: reported,
+                master: sent,
+            });
         }
-        self.confirmed = position;
-        Some(position)
+        if reported <= self.confirmed {
+            return Ok(None);
+        }
+        self.confirmed = reported;
+        Ok(Some(reported))
     }
 }
 
@@ -404,11 +413,11 @@ mod tests {
             })
         );
         assert_eq!(session.sent_end(), None);
-        assert_eq!(session.confirm(), None);
+        assert_eq!(session.confirm(), Ok(None));
     }
 
     #[test]
-    fn a_confirmation_counts_only_up_to_what_was_written_to_the_slave() {
+    fn a_confirmation_counts_what_was_written_to_the_slave_and_a_claim_past_it_ends_the_session() {
         let log = log(1_000);
         let mut session = MasterSession::new(SEGMENT_BYTES, 0);
         session.receive(&encode_report(200), 0);
@@ -417,16 +426,20 @@ mod tests {
         session
             .log_read(read(&log, ready.read.unwrap(), SEGMENT_BYTES), 0)
             .unwrap();
-        // The header and 300 of the 800 log bytes written.
+        // The header and 300 of the 800 log bytes written: a report of what was written counts.
         session.wrote(TRANSFER_HEADER_BYTES + 300);
-        // A slave claiming the whole log is counted up to what it can have received.
-        session.receive(&encode_report(1_000), 1);
+        session.receive(&encode_report(500), 1);
         assert_eq!(session.step(1, 1_000).unwrap().confirmed, Some(500));
-        // The rest written: the same report now counts in full, with no new one.
-        let rest = session.unsent().len();
-        session.wrote(rest);
-        assert_eq!(session.step(1, 1_000).unwrap().confirmed, Some(1_000));
         assert_eq!(session.step(2, 1_000).unwrap().confirmed, None, "said once");
+        // A slave claiming the whole log, more than it was sent, ends the session.
+        session.receive(&encode_report(1_000), 2);
+        assert_eq!(
+            session.step(2, 1_000),
+            Err(MasterSessionError::SlaveAhead {
+                slave: 1_000,
+                master: 500
+            })
+        );
     }
 
     #[test]
@@ -525,8 +538,8 @@ mod tests {
     proptest! {
         /// Whatever the slave reports and however the log grows and the socket writes, no
         /// confirmation passes the end of the log bytes written to the slave (or, before any,
-        /// the position the stream started from), confirmations only grow, and the bytes the
-        /// slave gets are the log's, in order.
+        /// the position the stream started from), a report past it ends the session,
+        /// confirmations only grow, and the bytes the slave gets are the log's, in order.
         #[test]
         fn a_confirmation_never_passes_what_the_session_wrote(
             first_report in 0u64..3_000,
@@ -570,9 +583,16 @@ mod tests {
                 }
                 let ready = match session.step(now_ms, written_position) {
                     Ok(ready) => ready,
-                    Err(MasterSessionError::SlaveAhead { .. }) => {
-                        prop_assert!(first_report > written_position);
-                        prop_assert_eq!(confirmed, 0);
+                    Err(MasterSessionError::SlaveAhead { slave, master }) => {
+                        // At the start, a slave whose log passes the master's; later, a report
+                        // past what was written to it. Neither counted anything past it.
+                        if start.is_none() {
+                            prop_assert!(first_report > written_position);
+                            prop_assert_eq!(confirmed, 0);
+                        } else {
+                            prop_assert!(slave > master);
+                            prop_assert!(confirmed <= master);
+                        }
                         return Ok(());
                     }
                     Err(MasterSessionError::Silent) => return Ok(()),
