@@ -154,6 +154,11 @@ async fn session(
     let mut heard = Instant::now();
     let mut sent = Instant::now();
     loop {
+        // Registered before the written position is read: growth after that read wakes the
+        // wait below (`notify_waiters` keeps no permit for a waiter that comes later).
+        let grew = replication.log_grew.notified();
+        tokio::pin!(grew);
+        grew.as_mut().enable();
         let written = store.stats().written_position;
         if let Some((position, header, bytes_max)) = stream_state.plan(written)? {
             let chunk =
@@ -193,9 +198,7 @@ async fn session(
         if heard.elapsed() >= Duration::from_millis(SLAVE_SILENCE_MS_MAX) {
             return Err(SessionError::Silent);
         }
-        let more = stream_state
-            .next
-            .is_some_and(|next| next < store.stats().written_position);
+        let more = stream_state.next.is_some_and(|next| next < written);
         if more {
             // Reports waiting are read between frames, without blocking.
             if let Ok(Ok(read)) =
@@ -208,7 +211,6 @@ async fn session(
                 messages.feed(&buffer[..read], &mut received)?;
             }
         } else {
-            let grew = replication.log_grew.notified();
             tokio::select! {
                 _ = stop.wait_for(|stop| *stop) => return Ok(()),
                 _ = &mut role_changed => return Ok(()),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod bench;
+pub mod controller;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
