@@ -10,6 +10,7 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::binary;
 use common::controller::*;
@@ -115,6 +116,159 @@ fn the_controller_fails_a_quiver_broker_set_over_and_the_old_master_rejoins_as_a
         "the rejoined slave holds the new master's log, and no more"
     );
     let _ = other;
+}
+
+/// Consumers read only what the SyncStateSet holds, as RocketMQ dispatches only up to the
+/// confirm offset: with the slave stalled (SIGSTOP), a message the master wrote is neither
+/// acknowledged nor readable there; once the slave runs again and confirms it, it is read.
+/// Otherwise a consumer could commit an offset past a message that a failover then cuts, and
+/// skip what the new master stores at those offsets.
+#[test]
+fn a_master_shows_consumers_only_what_every_replica_of_its_sync_state_set_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let controller_port = free_port();
+    let controller: SocketAddr = format!("127.0.0.1:{controller_port}").parse().unwrap();
+    let namesrv_process = namesrv_with_controller(dir.path(), controller_port);
+    let namesrv = namesrv_process.namesrv();
+    let first = broker(dir.path(), "b1", controller_port, namesrv);
+    let second = broker(dir.path(), "b2", controller_port, namesrv);
+    let info = wait_for_master(controller, 2, None);
+    let (master, slave) = if info.master_address == first.broker().to_string() {
+        (&first, &second)
+    } else {
+        (&second, &first)
+    };
+    create_topic(master.broker());
+    create_topic(slave.broker());
+    let mut client = WireClient::connect(master.broker(), Encoding::Json).expect("connect");
+    let _ = client.set_read_timeout(WAIT);
+    let options = SendOptions {
+        queue_id: Some(0),
+        ..SendOptions::default()
+    };
+    let answer = client.send(TOPIC, b"confirmed", &options).expect("send");
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    assert_eq!(bodies_on(master.broker()), ["confirmed"]);
+
+    slave.pause().expect("SIGSTOP the slave");
+    // Answered when the slave's time is up (slaveTimeout), not acknowledged.
+    let answer = client.send(TOPIC, b"unconfirmed", &options).expect("send");
+    let shown_while_stalled = bodies_on(master.broker());
+    slave.resume().expect("SIGCONT the slave");
+    assert_ne!(
+        answer.code,
+        response_code::SUCCESS,
+        "no replica confirmed it"
+    );
+    assert_eq!(
+        shown_while_stalled,
+        ["confirmed"],
+        "a message the slave has not confirmed is not read on the master"
+    );
+    let shown = wait_until(WAIT, || {
+        let bodies = bodies_on(master.broker());
+        (bodies.len() == 2).then_some(bodies)
+    });
+    assert_eq!(
+        shown.as_deref(),
+        Some(&["confirmed".to_string(), "unconfirmed".to_string()][..]),
+        "read once the slave confirmed it"
+    );
+}
+
+/// Ten failovers back and forth under `quiver bench soak`: the master of the set is killed
+/// with SIGKILL, the other elected, and the killed broker restarted to rejoin as a slave, ten
+/// times, while the soak sends from eight senders and consumes with one push consumer. At the
+/// end the soak accounts for every acknowledged message: it exits non-zero if any is missing.
+#[test]
+fn ten_failovers_back_and_forth_under_a_soak_lose_no_acknowledged_message() {
+    const FAILOVERS: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let controller_port = free_port();
+    let controller: SocketAddr = format!("127.0.0.1:{controller_port}").parse().unwrap();
+    let namesrv_process = namesrv_with_controller(dir.path(), controller_port);
+    let namesrv = namesrv_process.namesrv();
+    let names = ["b1", "b2"];
+    let mut brokers = names.map(|name| Some(broker(dir.path(), name, controller_port, namesrv)));
+    wait_for_master(controller, 2, None);
+    for broker in brokers.iter().flatten() {
+        create_topic(broker.broker());
+    }
+    let json = dir.path().join("soak.json");
+    let mut soak = std::process::Command::new(binary())
+        .args(["bench", "soak", "-n", &namesrv.to_string(), "-t", TOPIC])
+        .args([
+            "--queues",
+            &QUEUES.to_string(),
+            "--threads",
+            "8",
+            "--rate",
+            "800",
+        ])
+        .args(["--report-interval", "2", "--drain-timeout", "60"])
+        .args([
+            "--poll-name-server-interval-ms",
+            "500",
+            "--send-timeout-ms",
+            "3000",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::fs::File::create(dir.path().join("soak.out")).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("soak.log")).unwrap())
+        .spawn()
+        .expect("quiver bench soak starts");
+    let soak_pid = soak.id();
+    let stored = |addr: SocketAddr| -> i64 {
+        let Ok(mut client) = WireClient::connect(addr, Encoding::Json) else {
+            return 0;
+        };
+        (0..QUEUES)
+            .map(|q| max_offset(&mut client, TOPIC, q).unwrap_or(0))
+            .sum()
+    };
+    for round in 0..FAILOVERS {
+        let info = wait_for_master(controller, 2, None);
+        let master = brokers
+            .iter()
+            .position(|b| {
+                b.as_ref()
+                    .is_some_and(|b| b.broker().to_string() == info.master_address)
+            })
+            .expect("the master is one of the set");
+        let master_addr = brokers[master].as_ref().unwrap().broker();
+        // The soak's messages reach this master before it dies.
+        let before = stored(master_addr);
+        wait_until(WAIT, || (stored(master_addr) >= before + 100).then_some(()))
+            .unwrap_or_else(|| panic!("round {round}: the soak's sends reach {master_addr}"));
+        brokers[master]
+            .take()
+            .unwrap()
+            .kill9()
+            .expect("kill -9 the master");
+        wait_for_master(controller, 1, Some(&master_addr.to_string()));
+        brokers[master] = Some(broker(dir.path(), names[master], controller_port, namesrv));
+    }
+    wait_for_master(controller, 2, None);
+    // SIGINT: the soak stops sending, drains and accounts.
+    quiver_testkit::interrupt_pid(soak_pid).expect("SIGINT the soak");
+    let status = wait_until(Duration::from_secs(90), || soak.try_wait().ok().flatten())
+        .expect("the soak ends within its drain time");
+    let stdout = std::fs::read_to_string(dir.path().join("soak.out")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the soak accounts for every message: {status}\n{stdout}\n{}",
+        std::fs::read_to_string(dir.path().join("soak.log")).unwrap_or_default()
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the soak's JSON")).unwrap();
+    assert_eq!(record["missing"], 0, "{stdout}");
+    let acknowledged = record["totals"]["acknowledged"].as_u64().unwrap();
+    let consumed = record["totals"]["consumed"].as_u64().unwrap();
+    assert!(
+        acknowledged >= 100 * FAILOVERS as u64 && consumed >= acknowledged,
+        "{stdout}"
+    );
 }
 
 /// The controller node that leads, as `node` names it.

@@ -97,6 +97,9 @@ struct QueueWriter {
     pending: Vec<u8>,
     pending_first: u64,
     touched: bool,
+    /// Whether the last publish showed the queue's entries to readers (always, unless the
+    /// gate is closed).
+    shown: bool,
 }
 
 struct Chunk {
@@ -320,6 +323,7 @@ impl Appender {
             pending: Vec::new(),
             pending_first: 0,
             touched: false,
+            shown: true,
         });
         let i = self.writers.len() - 1;
         self.writer_of
@@ -519,10 +523,20 @@ impl Appender {
 
     /// Publishes what was written and dispatched: the written position, then each touched
     /// queue's max offset; then tells the arrival listener.
+    /// Behind a closed gate (`queues/gate.rs`) a queue's entries are shown, and its listener
+    /// told, only once the group's end is confirmed.
     fn publish(&mut self, messages: u64, bytes: u64) {
         self.commitlog.publish();
+        let gate = &self.queues.gate;
+        let gated = gate.is_closed();
+        let end_position = self.commitlog.position();
         for &w in &self.touched {
-            let writer = &self.writers[w];
+            let writer = &mut self.writers[w];
+            if gated {
+                let published = writer.queue.bounds().1;
+                writer.shown =
+                    gate.publishing(&writer.queue, published, writer.next_offset, end_position);
+            }
             writer.queue.publish(writer.next_offset);
         }
         self.commitlog.count_appended(messages, bytes);
@@ -530,6 +544,9 @@ impl Appender {
         for &w in &self.touched {
             let writer = &mut self.writers[w];
             writer.touched = false;
+            if !std::mem::replace(&mut writer.shown, true) {
+                continue;
+            }
             if let Some(listener) = &listener {
                 listener(
                     &writer.queue.topic,
@@ -539,6 +556,9 @@ impl Appender {
             }
         }
         self.touched.clear();
+        if let Some(written) = self.queues.written_listener() {
+            written();
+        }
     }
 
     /// A replica's append: `bytes`, copied from its master's CommitLog, written at `position`

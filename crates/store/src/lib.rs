@@ -63,8 +63,9 @@ use index::Index;
 use log::{prealloc, Log};
 use memory::MemoryQueues;
 pub use memory::{Drops, MemoryLimits, MemoryTopics, NOT_IN_LOG};
-pub use queues::ArrivalListener;
+pub use queues::gate::STEPS_PER_QUEUE_MAX as GATE_STEPS_PER_QUEUE_MAX;
 use queues::Queues;
+pub use queues::{ArrivalListener, Confirmer, WrittenListener};
 pub use retention::{DiskSpace, RetentionError, RetentionReport, SEGMENTS_PER_ROUND_MAX};
 pub use timer_buckets::{TimerBuckets, TimerEntry};
 pub use transfer::{assemble, FileSlice, SEND_FROM_FILE_RECORD_BYTES_MIN};
@@ -544,6 +545,7 @@ impl Store {
                     durability: &inner.durability,
                 };
                 let result = truncate::truncate(&mut appender, &layers, position);
+                inner.queues.gate.truncated(position);
                 if let Err(TruncateError::Io { message, .. }) = &result {
                     appender.break_with(format!(
                         "truncating the CommitLog at {position} failed ({message}); reopen the \
@@ -648,7 +650,7 @@ impl Store {
             .inner
             .queues
             .get(topic, queue_id)
-            .map_or((0, 0), |q| q.bounds());
+            .map_or((0, 0), |q| q.visible_bounds());
         QueueBounds {
             min_offset,
             max_offset,
@@ -668,7 +670,7 @@ impl Store {
         let Some(queue) = self.inner.queues.get(topic, queue_id) else {
             return Ok((Vec::new(), offset));
         };
-        let (min, end) = queue.bounds();
+        let (min, end) = queue.visible_bounds();
         let from = offset.max(min);
         let count = end.saturating_sub(from).min(max);
         if count == 0 {
@@ -732,10 +734,41 @@ impl Store {
         read::query_by_key(self.inner.reader(), topic, key, max, begin_ms, end_ms)
     }
 
+    /// Controller mode: from now on readers see a queue's entries only once their records are
+    /// confirmed (`confirm`), RocketMQ's dispatch up to the confirm offset; what the store
+    /// recovered at open stays visible. Nothing is confirmed until the first `confirm`.
+    pub fn hold_unconfirmed(&self) {
+        self.inner.queues.gate.close();
+    }
+
+    /// Every record ending at or below `position` is held by the replicas that must hold it
+    /// (`u64::MAX`: no replica needs to): shows the entries that lets through and tells the
+    /// arrival listener of each queue that grew.
+    pub fn confirm(&self, position: u64) {
+        self.inner.queues.confirm(position);
+    }
+
+    /// `confirm` for a holder that must not keep the store open (a listener the store's own
+    /// listener reaches): does nothing once the store is gone.
+    pub fn confirmer(&self) -> Confirmer {
+        Confirmer(Arc::downgrade(&self.inner.queues))
+    }
+
+    /// Entries held back for confirmation, counted in the gate's steps.
+    pub fn unconfirmed_steps(&self) -> usize {
+        self.inner.queues.gate.held_steps()
+    }
+
     /// Called on the thread that wrote each group, after it, with (topic, queue_id, new max_offset),
     /// once per queue touched. Replaces any previous listener.
     pub fn set_arrival_listener(&self, listener: ArrivalListener) {
         self.inner.queues.set_listener(listener);
+    }
+
+    /// Told after each group written to the CommitLog, before readers may see it (a closed
+    /// gate shows it later): what replication streams.
+    pub fn set_written_listener(&self, listener: WrittenListener) {
+        self.inner.queues.set_written_listener(listener);
     }
 
     /// Deletes `topic`'s ConsumeQueues, as RocketMQ's `deleteTopics` does: its queues become

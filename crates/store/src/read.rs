@@ -112,7 +112,9 @@ pub fn read(
         max_bytes,
     } = wanted;
     let queue = queues.get(topic, queue_id);
-    let (min, max) = queue.as_ref().map_or((0, 0), |queue| queue.bounds());
+    let (min, max) = queue
+        .as_ref()
+        .map_or((0, 0), |queue| queue.visible_bounds());
     if let Some((status, next_offset)) = offset_outside(offset, min, max) {
         return Ok(QueueRead::empty(status, next_offset, min, max));
     }
@@ -530,7 +532,7 @@ pub fn offset_by_time(
     let Some(queue) = queues.get(topic, queue_id) else {
         return Ok(0);
     };
-    let (min, max) = queue.bounds();
+    let (min, max) = queue.visible_bounds();
     let (mut lo, mut hi) = (min, max);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
@@ -561,7 +563,7 @@ pub fn earliest_time(
     let Some(queue) = queues.get(topic, queue_id) else {
         return Ok(None);
     };
-    let (min, max) = queue.bounds();
+    let (min, max) = queue.visible_bounds();
     if min == max {
         return Ok(None);
     }

@@ -9,7 +9,7 @@ mod process;
 
 pub use client::{create_topic_request, pull_header, send_request, SendOptions, WireClient};
 pub use io_faults::FaultShim;
-pub use process::{terminate_pid, QuiverProcess, Started};
+pub use process::{interrupt_pid, terminate_pid, QuiverProcess, Started};
 
 use std::time::{Duration, Instant};
 

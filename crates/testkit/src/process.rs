@@ -156,6 +156,18 @@ impl QuiverProcess {
         Ok(())
     }
 
+    /// SIGSTOP: the process keeps its sockets open and answers nothing, as a stalled host.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        let child = self.child.as_ref().context("the process has ended")?;
+        signal(child.id(), libc::SIGSTOP)
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        let child = self.child.as_ref().context("the process has ended")?;
+        signal(child.id(), libc::SIGCONT)
+    }
+
     /// SIGTERM, then waits for a clean exit.
     pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
@@ -180,12 +192,22 @@ impl QuiverProcess {
 
 /// Sends SIGTERM to `pid`, a child the caller spawned and has not reaped yet.
 pub fn terminate_pid(pid: u32) -> anyhow::Result<()> {
+    signal(pid, libc::SIGTERM)
+}
+
+/// Sends SIGINT to `pid`, as Ctrl-C would: a child the caller spawned and has not reaped yet.
+pub fn interrupt_pid(pid: u32) -> anyhow::Result<()> {
+    signal(pid, libc::SIGINT)
+}
+
+/// kill(2) of `pid`, a child the caller spawned and has not reaped yet.
+fn signal(pid: u32, signal: libc::c_int) -> anyhow::Result<()> {
     let pid = libc::pid_t::try_from(pid).context("pid out of range")?;
     // SAFETY: kill(2) with a pid the caller spawned and still owns (not yet reaped), and a
     // valid signal.
-    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    let rc = unsafe { libc::kill(pid, signal) };
     if rc != 0 {
-        bail!("kill(SIGTERM) failed: {}", std::io::Error::last_os_error());
+        bail!("kill({signal}) failed: {}", std::io::Error::last_os_error());
     }
     Ok(())
 }

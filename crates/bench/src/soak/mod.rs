@@ -89,6 +89,11 @@ pub struct SoakArgs {
     /// the broker itself wrote to storage.
     #[arg(long = "broker-pid")]
     pub broker_pid: Option<u32>,
+    /// How often the producer and the consumers read their routes from the name server again
+    /// (RocketMQ's pollNameServerInterval): after a failover, the time before they find the
+    /// new master.
+    #[arg(long = "poll-name-server-interval-ms", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub route_refresh_ms: u64,
 }
 
 struct Shared {
@@ -216,6 +221,7 @@ async fn start_consumers(
     for index in 0..args.consumers {
         let mut config = ClientConfig::new(&args.namesrv);
         config.instance_name = format!("{}-soak-{index}", config.instance_name);
+        config.route_refresh_ms = args.route_refresh_ms;
         let client = Client::new(config)?;
         let mut config = PushConsumerConfig::new(&args.group, &args.topic);
         config.consume_from = ConsumeFrom::LastOffset;
@@ -239,6 +245,7 @@ async fn start_consumers(
 fn start_producer(args: &SoakArgs) -> Result<Producer, BenchError> {
     let mut config = ClientConfig::new(&args.namesrv);
     config.request_timeout_ms = args.send_timeout_ms;
+    config.route_refresh_ms = args.route_refresh_ms;
     Ok(Producer::new(
         Client::new(config)?,
         ProducerConfig {

@@ -519,6 +519,12 @@ impl Client {
         controlled.extend_lease(now_ms(), timeout_ms);
         replication.set_role(BrokerRole::SyncMaster);
         replication.sync_set_changed();
+        // The gate follows this role's acknowledgements from here, whatever it was told as a
+        // slave (settling tells it only of a change, and this may be the position it had).
+        owner
+            .replicating()
+            .store
+            .confirm(replication.confirmed_position());
         let tasks = RoleTasks::master(&owner, None).map_err(|e| ControllerError::Identity {
             path: "background thread".into(),
             problem: e.to_string(),
@@ -535,6 +541,8 @@ impl Client {
         controlled.set_master_epoch(change.master_epoch);
         controlled.set_master_address(Some(change.master_address.clone()));
         replication.forget_master();
+        // Nothing past what is shown is confirmed until the new master says so.
+        owner.replicating().store.confirm(0);
         replication.set_role(BrokerRole::Slave);
         let tasks = RoleTasks::slave(&owner, Following::AutoSwitch);
         *self.role.lock().await = Some(tasks);

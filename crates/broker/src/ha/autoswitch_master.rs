@@ -153,6 +153,9 @@ async fn session(
     let mut handshaken = false;
     let mut heard = Instant::now();
     let mut sent = Instant::now();
+    // The confirm offset last sent: a higher one goes out at once, in a heartbeat if nothing
+    // else is due, since the slave shows its readers only what it says.
+    let mut told_confirm = 0u64;
     loop {
         // Registered before the written position is read: growth after that read wakes the
         // wait below (`notify_waiters` keeps no permit for a waiter that comes later).
@@ -172,8 +175,9 @@ async fn session(
                 stream_state.next = Some(chunk.next_position.max(position + 1));
                 continue;
             }
+            told_confirm = replication.confirmed_position().min(written);
             let header = TransferHeader {
-                confirm_offset: replication.confirmed_position().min(written) as i64,
+                confirm_offset: told_confirm as i64,
                 ..header
             };
             writer
@@ -183,12 +187,17 @@ async fn session(
             stream_state.next = Some(chunk.next_position);
             sent = Instant::now();
         }
-        if sent.elapsed() >= Duration::from_millis(HEARTBEAT_INTERVAL_MS) {
+        let confirm = replication.confirmed_position().min(written);
+        let caught_up = stream_state.next.is_some_and(|next| next >= written);
+        if sent.elapsed() >= Duration::from_millis(HEARTBEAT_INTERVAL_MS)
+            || (caught_up && confirm > told_confirm)
+        {
+            told_confirm = confirm;
             let heartbeat = TransferHeader {
                 offset: stream_state.next.map_or(-1, |next| next as i64),
                 epoch: controlled.master_epoch(),
                 epoch_start_offset: 0,
-                confirm_offset: replication.confirmed_position().min(written) as i64,
+                confirm_offset: confirm as i64,
             };
             writer
                 .write_all(&encode_transfer_header(&heartbeat, 0))

@@ -264,6 +264,10 @@ async fn session(
                     for run in cut {
                         store.append_replicated(run.position, &run.bytes)?;
                     }
+                    // What every replica of the SyncStateSet holds: readers here see that.
+                    if frame.header.confirm_offset >= 0 {
+                        store.confirm(frame.header.confirm_offset as u64);
+                    }
                 }
             }
         }

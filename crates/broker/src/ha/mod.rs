@@ -22,7 +22,7 @@ pub mod slave;
 pub mod slave_session;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -140,7 +140,14 @@ pub struct Replication {
     /// Set while a slave refuses its master (its log does not continue this one): the slave
     /// then copies nothing from it either, topics and offsets included.
     master_refused: std::sync::atomic::AtomicBool,
+    /// Controller mode: told each new acknowledgement position (the store's gate, so that
+    /// readers see only what the SyncStateSet holds); set once at start.
+    confirm_listener: OnceLock<ConfirmListener>,
 }
+
+/// Called with the position every send at or below is acknowledged (`u64::MAX`: no replica
+/// needs to confirm), under the lock that orders the settlements.
+pub type ConfirmListener = Arc<dyn Fn(u64) + Send + Sync>;
 
 impl Replication {
     /// `epochs` is the epoch file, opened in controller mode only.
@@ -168,7 +175,13 @@ impl Replication {
             }),
             master_changed: Notify::new(),
             master_refused: std::sync::atomic::AtomicBool::new(false),
+            confirm_listener: OnceLock::new(),
         }
+    }
+
+    /// Sets the listener told of each new acknowledgement position; a second call is ignored.
+    pub fn set_confirm_listener(&self, listener: ConfirmListener) {
+        let _ = self.confirm_listener.set(listener);
     }
 
     /// Whether this slave refuses its current master (see `refuse_master`).
@@ -281,7 +294,13 @@ impl Replication {
             .filter_map(|entry| Some((entry.broker_id?, entry.position)))
             .collect();
         let now = controlled.needed_position(controlled.own_id(), &confirmations);
-        (self.confirmed.swap(now, Ordering::AcqRel), now)
+        let before = self.confirmed.swap(now, Ordering::AcqRel);
+        if now != before {
+            if let Some(listener) = self.confirm_listener.get() {
+                listener(now);
+            }
+        }
+        (before, now)
     }
 
     /// Controller mode: the SyncStateSet changed; sends it no longer waits for are answered.

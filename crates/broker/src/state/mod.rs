@@ -440,13 +440,21 @@ impl Broker {
         let waiters = Arc::new(PullWaiters::new(PARKED_PULLS_MAX));
         let replication = Arc::new(Replication::new(&config, epochs));
         let arrival_waiters = waiters.clone();
-        let arrival_replication = replication.clone();
         store.set_arrival_listener(Arc::new(
             move |topic: &str, queue_id: u32, max_offset: u64| {
                 arrival_waiters.arrived(topic, queue_id, max_offset);
-                arrival_replication.log_grew();
             },
         ));
+        let written_replication = replication.clone();
+        store.set_written_listener(Arc::new(move || written_replication.log_grew()));
+        if replication.controlled.is_some() {
+            // Controller mode: consumers read only what the SyncStateSet's replicas hold, as
+            // RocketMQ dispatches up to the confirm offset; a master tells the store each new
+            // acknowledgement position, a slave each confirm offset its master sends.
+            store.hold_unconfirmed();
+            let gate = store.confirmer();
+            replication.set_confirm_listener(Arc::new(move |position| gate.confirm(position)));
+        }
         let budget = Budget::new("quiverBrokerBytesMax", config.broker_bytes_max);
         Broker {
             live: LiveConfig::from(&config),

@@ -95,6 +95,10 @@ pub struct ConsumeQueue {
     files: RwLock<BTreeMap<u64, Arc<File>>>,
     min_offset: AtomicU64,
     max_offset: AtomicU64,
+    /// Readers see entries below this when it is lower than `max_offset`: the store's gate
+    /// (`gate.rs`) holds back entries whose records the replicas have not confirmed.
+    /// `u64::MAX` for a queue the gate never held.
+    visible_offset: AtomicU64,
     /// Entries below this are fsynced; only the checkpoint writer touches it.
     flushed_offset: AtomicU64,
     tail: Mutex<Tail>,
@@ -185,6 +189,7 @@ impl ConsumeQueue {
             files: RwLock::new(files),
             min_offset: AtomicU64::new(0),
             max_offset: AtomicU64::new(0),
+            visible_offset: AtomicU64::new(u64::MAX),
             flushed_offset: AtomicU64::new(0),
             tail: Mutex::new(Tail::default()),
             retired: AtomicBool::new(false),
@@ -403,9 +408,27 @@ impl ConsumeQueue {
         (min.min(max), max)
     }
 
-    /// Makes entries below `max_offset` visible to readers; only the appender calls it.
+    /// What readers may read: `bounds` with the max lowered to what the gate lets through.
+    pub fn visible_bounds(&self) -> (u64, u64) {
+        let max = self.max_offset.load(Ordering::Acquire);
+        let max = max.min(self.visible_offset.load(Ordering::Acquire));
+        let min = self.min_offset.load(Ordering::Acquire);
+        (min.min(max), max)
+    }
+
+    /// Makes entries below `max_offset` published: written, and visible to readers unless
+    /// the gate holds them back; only the appender calls it.
     pub fn publish(&self, max_offset: u64) {
         self.max_offset.store(max_offset, Ordering::Release);
+    }
+
+    /// The gate's: readers see entries below `offset` and no further (whatever is published).
+    pub(crate) fn set_visible(&self, offset: u64) {
+        self.visible_offset.store(offset, Ordering::Release);
+    }
+
+    pub(crate) fn visible_offset(&self) -> u64 {
+        self.visible_offset.load(Ordering::Acquire)
     }
 
     /// Writes the tail to the file and fsyncs the files holding entries written since the
@@ -571,6 +594,10 @@ impl ConsumeQueue {
             sync_parent_dir(&self.path_for(low))?;
         }
         self.max_offset.store(low, Ordering::Release);
+        // A queue the gate holds shows nothing past the cut, whatever is appended later.
+        if self.visible_offset.load(Ordering::Acquire) != u64::MAX {
+            self.visible_offset.fetch_min(low, Ordering::AcqRel);
+        }
         self.flushed_offset.fetch_min(low, Ordering::AcqRel);
         Ok(Some(low))
     }

@@ -7,11 +7,12 @@
 
 pub mod consume_queue;
 pub mod deleted;
+pub mod gate;
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use crate::durable_file::sync_parent_dir;
 use crate::faults::{FileKind, IoOp};
@@ -20,8 +21,12 @@ use crate::types::{DeleteTopicError, OpenError, StoreConfig, TopicDeletion};
 use consume_queue::ConsumeQueue;
 use deleted::Deletions;
 
-/// `(topic, queue_id, new max_offset)`, called on the thread that wrote the group.
+/// `(topic, queue_id, new max_offset)`, called on the thread that wrote the group (or that
+/// confirmed it, behind a closed gate) once readers can see the entries.
 pub type ArrivalListener = Arc<dyn Fn(&str, u32, u64) + Send + Sync>;
+/// Called on the thread that wrote each group to the CommitLog, after it is published, whether
+/// or not readers see its entries yet (replication streams what is written).
+pub type WrittenListener = Arc<dyn Fn() + Send + Sync>;
 type QueueMap = HashMap<String, HashMap<u32, Arc<ConsumeQueue>>>;
 
 /// RocketMQ's topic character set; it also keeps topic names safe as directory names.
@@ -31,6 +36,19 @@ pub fn valid_topic(topic: &str) -> bool {
         && topic
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'%' | b'|'))
+}
+
+/// `Store::confirmer`: confirms through a weak handle.
+#[derive(Clone)]
+pub struct Confirmer(pub(crate) Weak<Queues>);
+
+impl Confirmer {
+    /// `Store::confirm`, if the store is still open.
+    pub fn confirm(&self, position: u64) {
+        if let Some(queues) = self.0.upgrade() {
+            queues.confirm(position);
+        }
+    }
 }
 
 /// A deletion whose first half is done (`Queues::start_deletion`).
@@ -52,6 +70,9 @@ pub struct Queues {
     deletions: RwLock<Deletions>,
     deletions_path: PathBuf,
     listener: RwLock<Option<ArrivalListener>>,
+    written_listener: RwLock<Option<WrittenListener>>,
+    /// What of the published entries readers see (`gate.rs`).
+    pub gate: gate::Gate,
 }
 
 impl Queues {
@@ -66,6 +87,8 @@ impl Queues {
             deletions: RwLock::new(deletions),
             deletions_path: config.deleted_topics_path.clone(),
             listener: RwLock::new(None),
+            written_listener: RwLock::new(None),
+            gate: gate::Gate::default(),
         })
     }
 
@@ -137,6 +160,34 @@ impl Queues {
     /// Called on the thread that wrote each group, after it, once per queue touched.
     pub fn set_listener(&self, listener: ArrivalListener) {
         *self.listener.write().expect("listener lock poisoned") = Some(listener);
+    }
+
+    /// `Store::confirm`: shows what the gate lets through and tells the listener of each
+    /// queue that grew.
+    pub fn confirm(&self, position: u64) {
+        let shown = self.gate.confirm(position);
+        if shown.is_empty() {
+            return;
+        }
+        if let Some(listener) = self.listener() {
+            for step in shown {
+                listener(&step.queue.topic, step.queue.queue_id, step.offset);
+            }
+        }
+    }
+
+    pub fn set_written_listener(&self, listener: WrittenListener) {
+        *self
+            .written_listener
+            .write()
+            .expect("listener lock poisoned") = Some(listener);
+    }
+
+    pub fn written_listener(&self) -> Option<WrittenListener> {
+        self.written_listener
+            .read()
+            .expect("listener lock poisoned")
+            .clone()
     }
 
     pub fn listener(&self) -> Option<ArrivalListener> {
