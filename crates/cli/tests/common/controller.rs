@@ -20,6 +20,12 @@ pub const QUEUES: i32 = 2;
 /// Every wait in this test: elections, catch-up and registrations take a few seconds at most
 /// with the short periods configured below.
 pub const WAIT: Duration = Duration::from_secs(60);
+/// The brokers' `controllerHeartBeatTimeoutMills`: how long the controller waits for a
+/// heartbeat before it takes a broker for dead, and how long after its last answered heartbeat
+/// a master's lease lasts.
+pub const HEARTBEAT_TIMEOUT_MS: i64 = 3_000;
+/// The brokers' `slaveTimeout`: how long a master's send waits for its SyncStateSet.
+pub const SLAVE_TIMEOUT_MS: i64 = 3_000;
 
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -27,11 +33,20 @@ pub fn free_port() -> u16 {
 }
 
 pub fn namesrv_with_controller(dir: &Path, controller_port: u16) -> QuiverProcess {
+    namesrv_with_controller_keys(dir, controller_port, "")
+}
+
+/// `namesrv_with_controller` with more keys: `extra` is whole `key=value` lines.
+pub fn namesrv_with_controller_keys(
+    dir: &Path,
+    controller_port: u16,
+    extra: &str,
+) -> QuiverProcess {
     let conf = dir.join("namesrv.conf");
     let text = format!(
         "listenPort=0\nenableControllerInNamesrv=true\ncontrollerDLegerGroup=group1\n\
          controllerDLegerPeers=n0-127.0.0.1:{controller_port}\ncontrollerDLegerSelfId=n0\n\
-         controllerStorePath={}\nscanNotActiveBrokerInterval=1000\n",
+         controllerStorePath={}\nscanNotActiveBrokerInterval=1000\n{extra}",
         dir.join("controller").display()
     );
     std::fs::write(&conf, text).expect("write namesrv.conf");
@@ -44,17 +59,19 @@ pub fn namesrv_with_controller(dir: &Path, controller_port: u16) -> QuiverProces
 }
 
 pub fn broker(dir: &Path, name: &str, controller_port: u16, namesrv: SocketAddr) -> QuiverProcess {
+    broker_reaching(dir, name, &format!("127.0.0.1:{controller_port}"), namesrv)
+}
+
+/// A controller-mode broker of broker-a whose `controllerAddr` is `controller` (a relay's
+/// address, say), its store in `dir/name`.
+pub fn broker_reaching(
+    dir: &Path,
+    name: &str,
+    controller: &str,
+    namesrv: SocketAddr,
+) -> QuiverProcess {
     let conf = dir.join(format!("{name}.conf"));
-    let text = format!(
-        "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=-1\nbrokerRole=SLAVE\n\
-         enableControllerMode=true\ncontrollerAddr=127.0.0.1:{controller_port}\n\
-         allAckInSyncStateSet=true\nlistenPort=0\nhaListenPort=0\nstorePathRootDir={}\n\
-         mappedFileSizeCommitLog=262144\nregisterNameServerPeriod=1000\n\
-         syncBrokerMetadataPeriod=1000\ncheckSyncStateSetPeriod=500\nbrokerHeartbeatInterval=500\n\
-         controllerHeartBeatTimeoutMills=3000\nslaveTimeout=3000\n",
-        dir.join(name).display()
-    );
-    std::fs::write(&conf, text).expect("write broker conf");
+    std::fs::write(&conf, broker_config(&dir.join(name), controller)).expect("write broker conf");
     let namesrv = namesrv.to_string();
     QuiverProcess::start(
         &binary(),
@@ -62,6 +79,20 @@ pub fn broker(dir: &Path, name: &str, controller_port: u16, namesrv: SocketAddr)
         &dir.join(format!("{name}-log")),
     )
     .expect("a controller-mode broker starts")
+}
+
+/// broker-a in controller mode (the controller gives it its id and role), acknowledging a send
+/// once every member of the SyncStateSet has it, with short periods.
+fn broker_config(store: &Path, controller: &str) -> String {
+    format!(
+        "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=-1\nbrokerRole=SLAVE\n\
+         enableControllerMode=true\ncontrollerAddr={controller}\n\
+         allAckInSyncStateSet=true\nlistenPort=0\nhaListenPort=0\nstorePathRootDir={}\n\
+         mappedFileSizeCommitLog=262144\nregisterNameServerPeriod=1000\n\
+         syncBrokerMetadataPeriod=1000\ncheckSyncStateSetPeriod=500\nbrokerHeartbeatInterval=500\n\
+         controllerHeartBeatTimeoutMills={HEARTBEAT_TIMEOUT_MS}\nslaveTimeout={SLAVE_TIMEOUT_MS}\n",
+        store.display()
+    )
 }
 
 /// The controller's view of broker-a (CONTROLLER_GET_SYNC_STATE_DATA).

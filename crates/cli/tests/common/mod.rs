@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod controller;
+pub mod relay;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
