@@ -10,8 +10,9 @@
 # `mqadmin getBrokerEpoch` must read both replicas' epochs, and after it `mqadmin
 # cleanBrokerMetadata` must remove the dead broker from the controller. The scenarios:
 #
-#   - three `quiver controller` processes as the controller, two RocketMQ brokers, and the
-#     controller's leader node killed together with the master;
+#   - three `quiver controller` processes as the controller, two RocketMQ brokers, the master
+#     moved to the other replica with `mqadmin electMaster` first, and then the controller's
+#     leader node killed together with the master;
 #   - RocketMQ's own controller (in its name server), a RocketMQ master and a Quiver replica,
 #     which follows it over AutoSwitch HA and takes over;
 #   - the same with a Quiver master and a RocketMQ replica;
@@ -203,9 +204,30 @@ EOF
     local other master_pid
     if [ "$master" = 127.0.0.1:31911 ]; then
         other=127.0.0.1:32911
-        master_pid="${pids[0]}"
     else
         other=127.0.0.1:31911
+    fi
+    if [ "$also" = leader-too ]; then
+        # An operator moves the master by hand first: `mqadmin electMaster` names the other
+        # replica, the controller elects it at a higher epoch, and the old master follows it.
+        local other_id
+        other_id="$(sed -n "s/.*brokerId=\([0-9]*\), brokerAddress='$other'.*/\1/p" "$dir/sync-state-set.out" | head -n 1)"
+        [ -n "$other_id" ] || { log "no id for $other in:"; cat "$dir/sync-state-set.out" >&2; return 1; }
+        admin electMaster -a "$leader" -c DefaultCluster -bn broker-a -b "$other_id" >"$dir/elect.out" 2>&1 ||
+            { log "electMaster:"; cat "$dir/elect.out" >&2; return 1; }
+        wait_for_sync_state_set "$other" 60 2
+        local moved_epoch
+        moved_epoch="$(field MasterEpoch "$dir/sync-state-set.out")"
+        [ "$moved_epoch" -gt "$epoch" ] || { log "electMaster left epoch $moved_epoch, not above $epoch"; return 1; }
+        log "electMaster moved the master to $other (id $other_id) at epoch $moved_epoch"
+        epoch="$moved_epoch"
+        master_id="$other_id"
+        other="$master"
+        master="$(field MasterAddr "$dir/sync-state-set.out")"
+    fi
+    if [ "$master" = 127.0.0.1:31911 ]; then
+        master_pid="${pids[0]}"
+    else
         master_pid="${pids[1]}"
     fi
     failover_tool create-topic 127.0.0.1:9876 "$master" "$TOPIC" "$QUEUES" >"$dir/topic.out" 2>&1 ||
