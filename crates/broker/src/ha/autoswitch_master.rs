@@ -23,7 +23,7 @@ use super::autoswitch_codec::{
 };
 use super::{SlaveConnected, HEARTBEAT_INTERVAL_MS, SLAVE_SILENCE_MS_MAX};
 use crate::clock::now_ms;
-use crate::state::Broker;
+use crate::state::{Broker, Replicating};
 
 /// Slave connections at once (see `master.rs`).
 const SLAVE_CONNECTIONS_MAX: usize = 16;
@@ -122,6 +122,46 @@ impl Stream {
     }
 }
 
+/// What the session has queued for the slave: whole frames, handed to the socket as it takes
+/// them while the slave's reports go on being read.
+#[derive(Default)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    written: usize,
+}
+
+impl Outgoing {
+    fn is_empty(&self) -> bool {
+        self.written == self.bytes.len()
+    }
+
+    fn unwritten(&self) -> &[u8] {
+        &self.bytes[self.written..]
+    }
+
+    fn wrote(&mut self, bytes: usize) {
+        self.written += bytes;
+        if self.is_empty() {
+            self.bytes.clear();
+            self.written = 0;
+        }
+    }
+}
+
+/// One slave's session: what it was sent and what it said.
+struct Session<'a> {
+    broker: Replicating<'a>,
+    connected: SlaveConnected<'a>,
+    stream: Stream,
+    outgoing: Outgoing,
+    handshaken: bool,
+    /// When a frame was last queued, for the heartbeat.
+    sent: Instant,
+    /// The confirm offset last sent: a higher one goes out at once, in a heartbeat if nothing
+    /// else is due, since the slave shows its readers only what it says.
+    told_confirm: u64,
+}
+
 async fn session(
     stream: TcpStream,
     owner: &Arc<Broker>,
@@ -131,145 +171,161 @@ async fn session(
     let broker = owner.replicating();
     let replication = broker.replication;
     let controlled = replication.controlled.as_ref().expect("controller mode");
-    let store = broker.store;
     let role_changed = replication.role_changed.notified();
     tokio::pin!(role_changed);
     role_changed.as_mut().enable();
     if !replication.is_master() {
         return Ok(());
     }
-    let connected = SlaveConnected::new(replication);
     let epochs = controlled
         .epochs
         .lock()
         .expect("epochs lock poisoned")
         .entries()
         .clone();
-    let mut stream_state = Stream { next: None, epochs };
+    let mut session = Session {
+        broker,
+        connected: SlaveConnected::new(replication),
+        stream: Stream { next: None, epochs },
+        outgoing: Outgoing::default(),
+        handshaken: false,
+        sent: Instant::now(),
+        told_confirm: 0,
+    };
     let (mut reader, mut writer) = stream.into_split();
     let mut messages = SlaveMessageReader::default();
     let mut received = Vec::new();
     let mut buffer = [0u8; READ_BUFFER_BYTES];
-    let mut handshaken = false;
     let mut heard = Instant::now();
-    let mut sent = Instant::now();
-    // The confirm offset last sent: a higher one goes out at once, in a heartbeat if nothing
-    // else is due, since the slave shows its readers only what it says.
-    let mut told_confirm = 0u64;
     loop {
         // Registered before the written position is read: growth after that read wakes the
         // wait below (`notify_waiters` keeps no permit for a waiter that comes later).
         let grew = replication.log_grew.notified();
         tokio::pin!(grew);
         grew.as_mut().enable();
-        let written = store.stats().written_position;
-        if let Some((position, header, bytes_max)) = stream_state.plan(written)? {
-            let chunk =
-                store
-                    .read_log(position, bytes_max)
-                    .map_err(|error| SessionError::Read {
-                        position,
-                        message: error.to_string(),
-                    })?;
-            if chunk.bytes.is_empty() {
-                stream_state.next = Some(chunk.next_position.max(position + 1));
-                continue;
-            }
-            told_confirm = replication.confirmed_position().min(written);
-            let header = TransferHeader {
-                confirm_offset: told_confirm as i64,
-                ..header
-            };
-            writer
-                .write_all(&encode_transfer_header(&header, chunk.bytes.len()))
-                .await?;
-            writer.write_all(&chunk.bytes).await?;
-            stream_state.next = Some(chunk.next_position);
-            sent = Instant::now();
-        }
-        let confirm = replication.confirmed_position().min(written);
-        let caught_up = stream_state.next.is_some_and(|next| next >= written);
-        if sent.elapsed() >= Duration::from_millis(HEARTBEAT_INTERVAL_MS)
-            || (caught_up && confirm > told_confirm)
-        {
-            told_confirm = confirm;
-            let heartbeat = TransferHeader {
-                offset: stream_state.next.map_or(-1, |next| next as i64),
-                epoch: controlled.master_epoch(),
-                epoch_start_offset: 0,
-                confirm_offset: confirm as i64,
-            };
-            writer
-                .write_all(&encode_transfer_header(&heartbeat, 0))
-                .await?;
-            sent = Instant::now();
+        let written = session.broker.store.stats().written_position;
+        if session.outgoing.is_empty() {
+            session.queue_next(written)?;
         }
         if heard.elapsed() >= Duration::from_millis(SLAVE_SILENCE_MS_MAX) {
             return Err(SessionError::Silent);
         }
-        let more = stream_state.next.is_some_and(|next| next < written);
-        if more {
-            // Reports waiting are read between frames, without blocking.
-            if let Ok(Ok(read)) =
-                tokio::time::timeout(Duration::ZERO, reader.read(&mut buffer)).await
-            {
-                if read == 0 {
-                    return Ok(());
+        let idle = session.outgoing.is_empty();
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return Ok(()),
+            _ = &mut role_changed => return Ok(()),
+            wrote = writer.write(session.outgoing.unwritten()), if !idle => match wrote? {
+                0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                wrote => session.outgoing.wrote(wrote),
+            },
+            read = reader.read(&mut buffer) => match read? {
+                0 => return Ok(()),
+                read => {
+                    heard = Instant::now();
+                    messages.feed(&buffer[..read], &mut received)?;
                 }
-                heard = Instant::now();
-                messages.feed(&buffer[..read], &mut received)?;
-            }
-        } else {
-            tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => return Ok(()),
-                _ = &mut role_changed => return Ok(()),
-                _ = grew => {}
-                _ = tokio::time::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS / 5)) => {}
-                read = reader.read(&mut buffer) => match read? {
-                    0 => return Ok(()),
-                    read => {
-                        heard = Instant::now();
-                        messages.feed(&buffer[..read], &mut received)?;
-                    }
-                },
-            }
+            },
+            _ = grew, if idle => {}
+            _ = tokio::time::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS / 5)), if idle => {}
         }
         for message in received.drain(..) {
-            match message {
-                SlaveMessage::Handshake(handshake) => {
-                    connected.identify(handshake.broker_id);
-                    handshaken = true;
-                    let answer = HandshakeAnswer {
-                        master_max_offset: store.stats().written_position,
-                        last_epoch: stream_state.epochs.last().map_or(-1, |entry| entry.epoch),
-                        epochs: stream_state.epochs.as_slice().to_vec(),
-                    };
-                    writer.write_all(&encode_handshake_answer(&answer)).await?;
+            session.handle(message)?;
+        }
+    }
+}
+
+impl Session<'_> {
+    /// Queues the next frame: the log from where the slave is, up to the written position and
+    /// never across an epoch's start, or a heartbeat when one is due (every interval, or at
+    /// once when the confirm offset moved and the slave has everything).
+    fn queue_next(&mut self, written: u64) -> Result<(), SessionError> {
+        let replication = self.broker.replication;
+        let confirm = replication.confirmed_position().min(written);
+        while let Some((position, header, bytes_max)) = self.stream.plan(written)? {
+            let chunk = self
+                .broker
+                .store
+                .read_log(position, bytes_max)
+                .map_err(|error| SessionError::Read {
+                    position,
+                    message: error.to_string(),
+                })?;
+            if chunk.bytes.is_empty() {
+                self.stream.next = Some(chunk.next_position.max(position + 1));
+                continue;
+            }
+            let header = TransferHeader {
+                confirm_offset: confirm as i64,
+                ..header
+            };
+            self.queue(&header, &chunk.bytes, confirm);
+            self.stream.next = Some(chunk.next_position);
+            return Ok(());
+        }
+        let caught_up = self.stream.next.is_some_and(|next| next >= written);
+        let due = self.sent.elapsed() >= Duration::from_millis(HEARTBEAT_INTERVAL_MS);
+        if self.handshaken && (due || (caught_up && confirm > self.told_confirm)) {
+            let controlled = replication.controlled.as_ref().expect("controller mode");
+            let heartbeat = TransferHeader {
+                offset: self.stream.next.map_or(-1, |next| next as i64),
+                epoch: controlled.master_epoch(),
+                epoch_start_offset: 0,
+                confirm_offset: confirm as i64,
+            };
+            self.queue(&heartbeat, &[], confirm);
+        }
+        Ok(())
+    }
+
+    fn queue(&mut self, header: &TransferHeader, body: &[u8], confirm: u64) {
+        let out = &mut self.outgoing.bytes;
+        out.extend_from_slice(&encode_transfer_header(header, body.len()));
+        out.extend_from_slice(body);
+        self.told_confirm = confirm;
+        self.sent = Instant::now();
+    }
+
+    fn handle(&mut self, message: SlaveMessage) -> Result<(), SessionError> {
+        let store = self.broker.store;
+        match message {
+            SlaveMessage::Handshake(handshake) => {
+                self.connected.identify(handshake.broker_id);
+                self.handshaken = true;
+                let epochs = &self.stream.epochs;
+                let answer = HandshakeAnswer {
+                    master_max_offset: store.stats().written_position,
+                    last_epoch: epochs.last().map_or(-1, |entry| entry.epoch),
+                    epochs: epochs.as_slice().to_vec(),
+                };
+                // Nothing else is queued before the handshake: frames wait for a report.
+                self.outgoing
+                    .bytes
+                    .extend_from_slice(&encode_handshake_answer(&answer));
+            }
+            SlaveMessage::Report { offset } => {
+                if !self.handshaken {
+                    return Err(SessionError::ReportBeforeHandshake { reported: offset });
                 }
-                SlaveMessage::Report { offset } => {
-                    if !handshaken {
-                        return Err(SessionError::ReportBeforeHandshake { reported: offset });
-                    }
-                    let written = store.stats().written_position;
-                    if offset > written {
-                        return Err(SessionError::SlaveAhead {
-                            reported: offset,
-                            written,
-                        });
-                    }
-                    if stream_state.next.is_none() {
-                        // An empty slave starts at the oldest position this master keeps.
-                        let min = store.stats().min_position;
-                        stream_state.next = Some(if offset == 0 { min } else { offset });
-                    }
-                    let sent_end = stream_state.next.unwrap_or(offset);
-                    connected.confirmed(offset.min(sent_end));
-                    if offset >= written {
-                        connected.caught_up(now_ms());
-                    }
+                let written = store.stats().written_position;
+                if offset > written {
+                    return Err(SessionError::SlaveAhead {
+                        reported: offset,
+                        written,
+                    });
+                }
+                if self.stream.next.is_none() {
+                    // An empty slave starts at the oldest position this master keeps.
+                    let min = store.stats().min_position;
+                    self.stream.next = Some(if offset == 0 { min } else { offset });
+                }
+                let sent_end = self.stream.next.unwrap_or(offset);
+                self.connected.confirmed(offset.min(sent_end));
+                if offset >= written {
+                    self.connected.caught_up(now_ms());
                 }
             }
         }
+        Ok(())
     }
 }
 
