@@ -272,15 +272,7 @@ fn assert_stopped_within_the_lease(
 /// Every send the old master acknowledged is on the new master, which takes sends.
 fn assert_new_master_holds_and_takes_sends(new_master: SocketAddr, attempts: &[Attempt]) {
     let mut client = connect(new_master).expect("connect to the new master");
-    let options = SendOptions {
-        queue_id: Some(0),
-        ..SendOptions::default()
-    };
-    wait_until(WAIT, || {
-        let answer = client.send(TOPIC, b"after-0", &options).ok()?;
-        (answer.code == response_code::SUCCESS).then_some(())
-    })
-    .expect("the new master takes sends");
+    wait_for_send_ok(&mut client, b"after-0");
     let held = bodies_on(new_master);
     assert!(held.iter().any(|body| body == "after-0"));
     for attempt in attempts.iter().filter(|a| a.acknowledged()) {

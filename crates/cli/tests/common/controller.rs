@@ -32,6 +32,28 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("bound").port()
 }
 
+/// A name server with its controller on a free port: the controller's port, its address and
+/// the process.
+pub fn controller_namesrv(dir: &Path) -> (u16, SocketAddr, QuiverProcess) {
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    (port, addr, namesrv_with_controller(dir, port))
+}
+
+/// Waits until `broker` answers a send of `body` to queue 0 with SEND_OK (a new master takes
+/// sends once it has registered and fenced nothing).
+pub fn wait_for_send_ok(client: &mut WireClient, body: &[u8]) {
+    let options = SendOptions {
+        queue_id: Some(0),
+        ..SendOptions::default()
+    };
+    wait_until(WAIT, || {
+        let answer = client.send(TOPIC, body, &options).ok()?;
+        (answer.code == response_code::SUCCESS).then_some(())
+    })
+    .expect("the broker takes sends");
+}
+
 pub fn namesrv_with_controller(dir: &Path, controller_port: u16) -> QuiverProcess {
     namesrv_with_controller_keys(dir, controller_port, "")
 }
@@ -110,12 +132,41 @@ pub fn replicas(controller: SocketAddr) -> Option<ReplicasInfo> {
 
 /// Waits for a master (other than `not`) with a SyncStateSet of `members` replicas.
 pub fn wait_for_master(controller: SocketAddr, members: usize, not: Option<&str>) -> ReplicasInfo {
+    master_within(controller, members, not)
+        .unwrap_or_else(|| panic!("no master with a SyncStateSet of {members} within {WAIT:?}"))
+}
+
+/// `wait_for_master`, None when `WAIT` is up.
+pub fn master_within(
+    controller: SocketAddr,
+    members: usize,
+    not: Option<&str>,
+) -> Option<ReplicasInfo> {
     wait_until(WAIT, || {
         let info = replicas(controller)?;
         let elected = !info.master_address.is_empty() && Some(info.master_address.as_str()) != not;
         (elected && info.in_sync_replicas.len() == members).then_some(info)
     })
-    .unwrap_or_else(|| panic!("no master with a SyncStateSet of {members} within {WAIT:?}"))
+}
+
+/// The last `chars` characters of each process's log, for a failure's message.
+pub fn log_tails<'a>(
+    processes: impl IntoIterator<Item = &'a QuiverProcess>,
+    chars: usize,
+) -> String {
+    processes
+        .into_iter()
+        .map(|process| {
+            let log = process.log();
+            let start = log.len().saturating_sub(chars);
+            let start = (start..log.len())
+                .find(|i| log.is_char_boundary(*i))
+                .unwrap_or(0);
+            let who = process.started.broker.or(process.started.namesrv);
+            format!("--- {who:?}\n{}", &log[start..])
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 pub fn epoch_cache(broker: SocketAddr) -> Option<EpochEntryCache> {
