@@ -170,28 +170,13 @@ async fn session(
     stream.set_nodelay(true)?;
     let broker = owner.replicating();
     let replication = broker.replication;
-    let controlled = replication.controlled.as_ref().expect("controller mode");
     let role_changed = replication.role_changed.notified();
     tokio::pin!(role_changed);
     role_changed.as_mut().enable();
     if !replication.is_master() {
         return Ok(());
     }
-    let epochs = controlled
-        .epochs
-        .lock()
-        .expect("epochs lock poisoned")
-        .entries()
-        .clone();
-    let mut session = Session {
-        broker,
-        connected: SlaveConnected::new(replication),
-        stream: Stream { next: None, epochs },
-        outgoing: Outgoing::default(),
-        handshaken: false,
-        sent: Instant::now(),
-        told_confirm: 0,
-    };
+    let mut session = Session::new(broker);
     let (mut reader, mut writer) = stream.into_split();
     let mut messages = SlaveMessageReader::default();
     let mut received = Vec::new();
@@ -234,7 +219,28 @@ async fn session(
     }
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
+    /// A slave just connected, counted from now; the master's epochs as they are now.
+    fn new(broker: Replicating<'a>) -> Session<'a> {
+        let replication = broker.replication;
+        let controlled = replication.controlled.as_ref().expect("controller mode");
+        let epochs = controlled
+            .epochs
+            .lock()
+            .expect("epochs lock poisoned")
+            .entries()
+            .clone();
+        Session {
+            broker,
+            connected: SlaveConnected::new(replication),
+            stream: Stream { next: None, epochs },
+            outgoing: Outgoing::default(),
+            handshaken: false,
+            sent: Instant::now(),
+            told_confirm: 0,
+        }
+    }
+
     /// Queues the next frame: the log from where the slave is, up to the written position and
     /// never across an epoch's start, or a heartbeat when one is due (every interval, or at
     /// once when the confirm offset moved and the slave has everything).
