@@ -17,6 +17,13 @@ use crate::budget::{answer_bytes, Held};
 
 pub type ConnectionId = u64;
 
+/// A new connection's id, unique in the process: the client table tells connections apart by
+/// it, whichever port (the main one, the VIP channel, gRPC) they came on.
+pub fn next_id() -> ConnectionId {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// A frame for the writer, with what bounds its kind: an answer holds the in-flight permit of
 /// the request it answers and the bytes of both charged to the byte budgets (`Held`), a broker
 /// request one of `BROKER_REQUESTS_QUEUED_MAX`. The writer lets them go once the frame is

@@ -21,6 +21,7 @@ pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod groups;
+pub mod grpc;
 pub mod ha;
 pub mod handler;
 pub mod locks;

@@ -2,7 +2,6 @@
 //! connection, and a limit on requests in flight per connection (back-pressure: the reader
 //! stops reading while the limit is reached).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,7 +46,7 @@ const ANSWER_DRAIN_MS: u64 = 3_000;
 /// the broker stored them.
 const CLOSE_LINGER_MS: u64 = 1_000;
 /// The key of a connection's byte budget, named in the log when it is reached.
-const CONNECTION_BYTES_KEY: &str = "quiverConnectionBytesMax";
+pub(crate) const CONNECTION_BYTES_KEY: &str = "quiverConnectionBytesMax";
 /// How long the writer may take to finish the write it is in when told to stop.
 const WRITER_STOP_MS: u64 = 500;
 
@@ -58,7 +57,6 @@ pub async fn serve(
 ) {
     let serving = broker.serving();
     let permits = Arc::new(Semaphore::new(serving.config.connections_max));
-    let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -80,7 +78,7 @@ pub async fn serve(
             tracing::warn!(%peer, "connection refused: {} connections open", serving.config.connections_max);
             continue;
         };
-        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let id = crate::connection::next_id();
         let broker = broker.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
@@ -243,6 +241,34 @@ async fn serve_connection(
         }
     };
     result
+}
+
+/// Handles one request as if `connection` had read it, for a front end with no socket of its
+/// own (gRPC, `grpc/session.rs`): dispatched through the one handler table, its records
+/// written as a group of their own, its answer queued on the connection's writer queue like
+/// any other. `held` is what the request holds of its budgets and in-flight permits.
+pub(crate) async fn handle_one(
+    broker: &Arc<Broker>,
+    connection: &Connection,
+    request: Command,
+    held: Held,
+) {
+    let serving = broker.serving();
+    let responder = Responder::new(connection.clone(), request.is_oneway(), held);
+    let call = Call {
+        broker,
+        connection,
+        now_ms: now_ms(),
+    };
+    let mut appends = Vec::new();
+    carry_out(
+        broker,
+        handler::dispatch(&call, &request),
+        responder,
+        &mut appends,
+    );
+    let sync_flush = matches!(serving.config.flush, FlushMode::Sync { .. });
+    write_read_appends(serving, appends, sync_flush).await;
 }
 
 /// The space offered to the next read: doubled while reads fill it (up to `READ_SPACE_MAX`),

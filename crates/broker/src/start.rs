@@ -42,6 +42,8 @@ pub enum StartError {
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
     pub local_addr: SocketAddr,
+    /// Where gRPC clients connect (`grpcServerPort`); None when the default port was taken.
+    pub grpc_addr: Option<SocketAddr>,
     pub recovery: RecoveryReport,
     stop: watch::Sender<bool>,
     /// The accept loop: it ends once every connection has stopped reading and been answered.
@@ -71,7 +73,11 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         fast: fast_listener,
         ha: ha_listener,
         ha_host,
+        grpc: grpc_listener,
     } = bind_listeners(&config).await?;
+    let grpc_addr = grpc_listener
+        .as_ref()
+        .and_then(|listener| listener.local_addr().ok());
     let store_host = SocketAddr::new(config.broker_ip, local_addr.port());
     let broker = Arc::new(Broker::new(
         config,
@@ -86,6 +92,14 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
         let (broker, stopped) = (broker.clone(), stopped.clone());
         tokio::spawn(async move {
             let main = crate::server::serve(listener, broker.clone(), stopped.clone());
+            if let Some(grpc) = grpc_listener {
+                let (broker, stopped) = (broker.clone(), stopped.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = crate::grpc::serve(grpc, broker, stopped).await {
+                        tracing::error!(%error, "gRPC clients are not served");
+                    }
+                });
+            }
             match fast_listener {
                 Some(fast) => {
                     let fast = crate::server::serve(fast, broker, stopped);
@@ -127,6 +141,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker, StartError> {
     Ok(RunningBroker {
         broker,
         local_addr,
+        grpc_addr,
         recovery,
         stop,
         server: std::sync::Mutex::new(Some(server)),
@@ -171,6 +186,8 @@ struct Listeners {
     ha: Option<TcpListener>,
     /// Where slaves reach the HA port, registered with the name servers.
     ha_host: SocketAddr,
+    /// The gRPC port, when it could be bound.
+    grpc: Option<TcpListener>,
 }
 
 async fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> {
@@ -198,13 +215,32 @@ async fn bind_listeners(config: &BrokerConfig) -> Result<Listeners, StartError> 
         Some(listener) => listener.local_addr().map(|a| a.port()).unwrap_or(0),
         None => ha_bind.port(),
     };
+    let grpc = bind_grpc_port(config).await?;
     Ok(Listeners {
         main,
         local_addr,
         fast,
         ha,
         ha_host: SocketAddr::new(config.broker_ip, ha_port),
+        grpc,
     })
+}
+
+/// The gRPC port: one set by `grpcServerPort` must be bound; the default one (8081) already
+/// taken (a second broker on the machine, say) is reported, and gRPC clients are not served.
+async fn bind_grpc_port(config: &BrokerConfig) -> Result<Option<TcpListener>, StartError> {
+    let addr = SocketAddr::new(config.bind_addr().ip(), config.grpc_bind_port());
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(Some(listener)),
+        Err(error) if config.grpc_port.is_none() => {
+            tracing::warn!(%addr, %error, "cannot listen on the default gRPC port; gRPC clients are not served (set grpcServerPort)");
+            Ok(None)
+        }
+        Err(error) => Err(StartError::Bind {
+            addr,
+            message: error.to_string(),
+        }),
+    }
 }
 
 /// The tasks of a role fixed by `brokerRole`.

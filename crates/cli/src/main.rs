@@ -519,13 +519,14 @@ async fn serve_until_stopped(
             tracing::warn!("the broker has not registered with the embedded name server yet");
         }
         tracing::info!(namesrv = %namesrv_addr, broker = %first.local_addr, data = %data.display(), "quiver is up");
-        match controller {
-            Some(controller) => println!(
-                "ready namesrv={} broker={} controller={controller}",
-                namesrv_addr, first.local_addr
-            ),
-            None => println!("ready namesrv={} broker={}", namesrv_addr, first.local_addr),
+        let mut ready = format!("ready namesrv={namesrv_addr} broker={}", first.local_addr);
+        if let Some(grpc) = first.grpc_addr {
+            ready.push_str(&format!(" grpc={grpc}"));
         }
+        if let Some(controller) = controller {
+            ready.push_str(&format!(" controller={controller}"));
+        }
+        println!("{ready}");
         stop_signal.wait().await;
     }
 }
@@ -655,7 +656,10 @@ async fn broker(
     }
     let running = quiver_broker::start(config).await?;
     if !stop_signal.received().await {
-        println!("ready broker={}", running.local_addr);
+        match running.grpc_addr {
+            Some(grpc) => println!("ready broker={} grpc={grpc}", running.local_addr),
+            None => println!("ready broker={}", running.local_addr),
+        }
         stop_signal.wait().await;
     }
     tracing::info!("stopping");

@@ -19,6 +19,8 @@ pub struct Started {
     pub namesrv: Option<SocketAddr>,
     pub broker: Option<SocketAddr>,
     pub controller: Option<SocketAddr>,
+    /// Where the broker serves gRPC clients.
+    pub grpc: Option<SocketAddr>,
 }
 
 pub struct QuiverProcess {
@@ -136,6 +138,13 @@ impl QuiverProcess {
         self.started.broker.expect("this process runs no broker")
     }
 
+    /// The broker's gRPC port.
+    pub fn grpc(&self) -> SocketAddr {
+        self.started
+            .grpc
+            .expect("this process serves no gRPC clients")
+    }
+
     pub fn controller(&self) -> SocketAddr {
         self.started
             .controller
@@ -226,6 +235,7 @@ fn parse_ready(line: &str) -> anyhow::Result<Started> {
         namesrv: None,
         broker: None,
         controller: None,
+        grpc: None,
     };
     for word in line.split_whitespace().skip(1) {
         let (key, value) = word
@@ -238,6 +248,7 @@ fn parse_ready(line: &str) -> anyhow::Result<Started> {
             "namesrv" => started.namesrv = Some(addr),
             "broker" => started.broker = Some(addr),
             "controller" => started.controller = Some(addr),
+            "grpc" => started.grpc = Some(addr),
             _ => {}
         }
     }

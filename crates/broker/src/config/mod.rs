@@ -26,6 +26,8 @@ pub enum BrokerRole {
     Slave,
 }
 
+/// `grpcServerPort` left unset: the port `rocketmq-proxy` serves gRPC clients on.
+pub const GRPC_PORT_DEFAULT: u16 = 8081;
 /// RocketMQ's default `timerMaxDelaySec`: 3 days.
 pub const TIMER_MAX_DELAY_SEC_DEFAULT: u64 = 3 * 24 * 3_600;
 /// Messages handed out and not acknowledged, per queue of a group (`popInflightMaxPerQueue`):
@@ -130,6 +132,13 @@ pub struct BrokerConfig {
     pub role: BrokerRole,
     /// `haListenPort`: where a master serves its slaves; None means `listenPort + 1`.
     pub ha_listen_port: Option<u16>,
+    /// `grpcServerPort`: where gRPC clients connect; None means 8081, or a free port when
+    /// `listenPort` is 0.
+    pub grpc_port: Option<u16>,
+    /// `tls.server.certPath` and `tls.server.keyPath`: the gRPC port's certificate and key;
+    /// None makes a self-signed one.
+    pub tls_cert_path: Option<PathBuf>,
+    pub tls_key_path: Option<PathBuf>,
     /// `haMasterAddress`: a slave's master HA address; None means the one the name server
     /// gives at registration.
     pub ha_master_addr: Option<String>,
@@ -273,6 +282,9 @@ impl Default for BrokerConfig {
             compressed_register: false,
             role: BrokerRole::AsyncMaster,
             ha_listen_port: None,
+            grpc_port: None,
+            tls_cert_path: None,
+            tls_key_path: None,
             ha_master_addr: None,
             slave_timeout_ms: 3_000,
             total_replicas: 1,
@@ -406,6 +418,16 @@ impl BrokerConfig {
             (None, _) => listen_port.wrapping_add(1),
         };
         SocketAddr::new(self.bind_addr().ip(), port)
+    }
+
+    /// The port gRPC clients are served on: `grpcServerPort`, else 8081, or a free one when
+    /// `listenPort` is 0.
+    pub fn grpc_bind_port(&self) -> u16 {
+        match (self.grpc_port, self.listen_port) {
+            (Some(port), _) => port,
+            (None, 0) => 0,
+            (None, _) => GRPC_PORT_DEFAULT,
+        }
     }
 
     pub fn bind_addr(&self) -> SocketAddr {
