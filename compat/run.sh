@@ -73,6 +73,8 @@ resolve() {
     local none=(test -Dtest=NoSuchTest -Dsurefire.failIfNoSpecifiedTests=false)
     quiet_mvn -f "$COMPAT/pom.xml" "${none[@]}"
     quiet_mvn -f "$COMPAT/pom.xml" -P client-4 "${none[@]}"
+    [ "$TARGET" = quiver ] && quiet_mvn -f "$COMPAT/grpc/pom.xml" "${none[@]}"
+    return 0
 }
 
 WORK=""
@@ -108,6 +110,8 @@ wait_for_line() {
 }
 
 NAMESRV=""
+# Where `quiver up` serves gRPC clients; the reference has no gRPC port without its proxy.
+GRPC=""
 start_quiver() {
     local binary="$ROOT/target/$PROFILE/quiver"
     # Registrations every 2 s: tests that change routes on the name server see one happen.
@@ -120,6 +124,7 @@ start_quiver() {
     PIDS+=("$!")
     wait_for_line "$WORK/quiver.out" '^ready '
     NAMESRV="$(sed -n 's/^ready namesrv=\([^ ]*\).*/\1/p' "$WORK/quiver.out")"
+    GRPC="$(sed -n 's/^ready .*grpc=\([^ ]*\).*/\1/p' "$WORK/quiver.out")"
     log "quiver up: $(cat "$WORK/quiver.out")"
 }
 
@@ -183,6 +188,10 @@ run_tests() {
     "${MVN[@]}" -f "$COMPAT/pom.xml" test "${common[@]}" || failed=1
     log "rocketmq-client 4.9.7"
     "${MVN[@]}" -f "$COMPAT/pom.xml" -P client-4 test "${common[@]}" || failed=1
+    if [ -n "$GRPC" ]; then
+        log "rocketmq-client-java 5.2.0 (gRPC) at $GRPC"
+        "${MVN[@]}" -f "$COMPAT/grpc/pom.xml" test "${common[@]}" "-Dcompat.grpc=$GRPC" || failed=1
+    fi
     local report
     for report in "$COMPAT"/target/surefire-reports-*/*.txt; do
         grep -h "Tests run" "$report" | sed "s|^|$(basename "$(dirname "$report")" | sed 's/surefire-reports-//'): |" >&2

@@ -194,16 +194,42 @@ fn check_half(topic: &str, half: bool, batch: bool, memory: bool) -> Result<(), 
     Ok(())
 }
 
-/// The queue the send names, or one the broker picks when it names none.
+/// Jump consistent hashing (Lamping and Veach), as Guava's `Hashing.consistentHash` computes it:
+/// RocketMQ's proxy places a message group on the queue it gives for the group's Java hash, so
+/// a group lands on the same queue whichever of the two takes its sends.
+fn consistent_hash(input: i64, buckets: i32) -> i32 {
+    let mut state = input;
+    let mut candidate: i32 = 0;
+    loop {
+        state = state
+            .wrapping_mul(2_862_933_555_777_941_757)
+            .wrapping_add(1);
+        let next_double = f64::from(((state as u64) >> 33) as i32 + 1) / f64::from(1u32 << 31);
+        let next = (f64::from(candidate + 1) / next_double) as i64;
+        if next >= 0 && next < i64::from(buckets) {
+            candidate = next as i32;
+        } else {
+            return candidate;
+        }
+    }
+}
+
+/// The queue the send names, or one the broker picks when it names none (the gRPC front end's
+/// sends): the message group's own queue for a FIFO message, so that a group's messages stay
+/// in order, else the next in turn.
 fn target_queue(
     broker: Sending<'_>,
     header: &SendMessageHeader,
     shape: &crate::topic::TopicShape,
 ) -> Result<i32, Refusal> {
-    let queue_id = if header.queue_id < 0 {
-        broker.pick_queue(shape.write_queues)
-    } else {
-        header.queue_id
+    let group = find_property(&header.properties, property::SHARDING_KEY);
+    let queue_id = match (header.queue_id, group) {
+        (id, _) if id >= 0 => id,
+        (_, Some(group)) if shape.write_queues > 0 => {
+            let hash = quiver_wire::java_string_hash(group);
+            consistent_hash(i64::from(hash), shape.write_queues)
+        }
+        _ => broker.pick_queue(shape.write_queues),
     };
     if queue_id >= shape.write_queues.max(shape.read_queues) {
         let remark = format!(
@@ -559,4 +585,41 @@ fn respond(
     };
     response.code = code;
     response.with_ext(header.to_ext())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::consistent_hash;
+
+    /// Jump hashing's defining property: with one more queue, a key either stays where it
+    /// was or moves to the new queue, so few groups move when a topic grows.
+    #[test]
+    fn a_group_stays_on_its_queue_or_moves_to_the_new_one_when_queues_are_added() {
+        for group in 0..2_000i64 {
+            let input = group.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as i64);
+            assert_eq!(consistent_hash(input, 1), 0);
+            for queues in 1..64 {
+                let before = consistent_hash(input, queues);
+                let after = consistent_hash(input, queues + 1);
+                assert!((0..queues).contains(&before));
+                assert!(
+                    after == before || after == queues,
+                    "{group}: {before} -> {after}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn groups_spread_over_the_queues() {
+        let mut counts = [0u32; 8];
+        for group in 0..8_000 {
+            let hash = quiver_wire::java_string_hash(&format!("group-{group}"));
+            counts[consistent_hash(i64::from(hash), 8) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&n| (700..1_300).contains(&n)),
+            "{counts:?}"
+        );
+    }
 }
