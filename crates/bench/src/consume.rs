@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use hdrhistogram::Histogram;
 use quiver_client::{
-    Client, ClientConfig, ConsumeFrom, MessageQueue, PopConsumer, PopConsumerConfig, PushConsumer,
-    PushConsumerConfig, StoredMessage,
+    Client, ClientConfig, ConsumeFrom, GrpcSimpleConsumer, MessageQueue, PopConsumer,
+    PopConsumerConfig, PushConsumer, PushConsumerConfig, StoredMessage,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -160,6 +160,8 @@ pub async fn run(args: ConsumeArgs) -> Result<(), BenchError> {
 enum Consumer {
     Push(PushConsumer),
     Pop(Vec<PopConsumer>),
+    /// `--protocol grpc`: SimpleConsumers' receive loops.
+    Grpc(Vec<tokio::task::JoinHandle<()>>),
 }
 
 impl Consumer {
@@ -175,7 +177,9 @@ impl Consumer {
         } else {
             ConsumeFrom::LastOffset
         };
-        Ok(if args.pop {
+        Ok(if args.run.protocol == crate::Protocol::Grpc {
+            Consumer::Grpc(start_grpc_consumers(args, tally).await?)
+        } else if args.pop {
             Consumer::Pop(start_pop_consumers(args, client, tally).await?)
         } else {
             Consumer::Push(start_consumer(client, config, tally, &args.run.namesrv).await?)
@@ -187,6 +191,9 @@ impl Consumer {
         match self {
             Consumer::Push(push) => format!("{} queue(s) assigned", push.assigned().len()),
             Consumer::Pop(pops) => format!("popping with {} consumer(s)", pops.len()),
+            Consumer::Grpc(loops) => {
+                format!("receiving over gRPC with {} SimpleConsumer(s)", loops.len())
+            }
         }
     }
 
@@ -200,6 +207,11 @@ impl Consumer {
             Consumer::Pop(pops) => {
                 for pop in pops {
                     pop.shutdown().await;
+                }
+            }
+            Consumer::Grpc(loops) => {
+                for receiving in loops {
+                    receiving.abort();
                 }
             }
         }
@@ -243,6 +255,65 @@ async fn start_pop_consumers(
         consumers.push(PopConsumer::start(own, config, listener).await?);
     }
     Ok(consumers)
+}
+
+/// How long a gRPC receive keeps its messages from others, and waits for the first one.
+const GRPC_INVISIBLE: std::time::Duration = std::time::Duration::from_secs(30);
+const GRPC_LONG_POLL: std::time::Duration = std::time::Duration::from_secs(20);
+/// The most messages one gRPC receive asks for (the proxy's bound).
+const GRPC_RECEIVE_BATCH: i32 = 32;
+
+/// `--protocol grpc`: `--receivers` SimpleConsumers at `--grpc-endpoint`, each receiving in a
+/// loop, counting what it gets in `tally` and acknowledging it in one call per receive.
+async fn start_grpc_consumers(
+    args: &ConsumeArgs,
+    tally: &Arc<Tally>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, BenchError> {
+    let endpoint = &args.run.grpc_endpoint;
+    let timeout = GRPC_LONG_POLL + std::time::Duration::from_secs(10);
+    let mut loops = Vec::new();
+    for _ in 0..args.receivers {
+        let consumer = GrpcSimpleConsumer::start(
+            endpoint,
+            &args.group,
+            &args.topic,
+            &args.expression,
+            timeout,
+        )
+        .await
+        .map_err(|error| {
+            BenchError::Usage(format!(
+                "cannot start a gRPC consumer at {endpoint}: {error}"
+            ))
+        })?;
+        let sink = tally.clone();
+        loops.push(tokio::spawn(async move {
+            loop {
+                let received = consumer
+                    .receive(GRPC_RECEIVE_BATCH, GRPC_INVISIBLE, GRPC_LONG_POLL)
+                    .await;
+                let received = match received {
+                    Ok(received) => received,
+                    Err(error) => {
+                        eprintln!("quiver bench: a gRPC receive failed: {error}");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                for one in &received {
+                    let queue = MessageQueue {
+                        queue_id: one.message.queue_id,
+                        ..MessageQueue::default()
+                    };
+                    sink.consumed(&queue, std::slice::from_ref(&one.message));
+                }
+                if let Err(error) = consumer.ack(&received).await {
+                    eprintln!("quiver bench: a gRPC ack failed: {error}");
+                }
+            }
+        }));
+    }
+    Ok(loops)
 }
 
 /// A push consumer whose messages go to `tally`.

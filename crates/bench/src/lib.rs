@@ -61,12 +61,32 @@ pub enum BenchCommand {
     Soak(soak::SoakArgs),
 }
 
+/// The protocol the bench's clients speak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// RocketMQ's remoting protocol, to the brokers the name server names.
+    #[default]
+    Remoting,
+    /// RocketMQ 5's gRPC protocol, to `--grpc-endpoint`: a Quiver broker's gRPC port or a
+    /// RocketMQ proxy.
+    Grpc,
+}
+
 /// Options shared by both commands.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct RunArgs {
-    /// Name server addresses, `host:port;host:port`.
+    /// Name server addresses, `host:port;host:port`. With `--protocol grpc` only topics are
+    /// created through it.
     #[arg(short = 'n', long = "namesrv", default_value = "127.0.0.1:9876")]
     pub namesrv: String,
+    /// `remoting`: RocketMQ's protocol, as producer.sh and consumer.sh speak it. `grpc`: the
+    /// protocol of RocketMQ 5's gRPC clients (producers and SimpleConsumers).
+    #[arg(long, value_enum, default_value_t = Protocol::Remoting)]
+    pub protocol: Protocol,
+    /// With `--protocol grpc`: where the clients connect (plaintext HTTP/2).
+    #[arg(long = "grpc-endpoint", default_value = "127.0.0.1:8081")]
+    pub grpc_endpoint: String,
     /// Stop after this many messages (warm-up included).
     #[arg(long, conflicts_with = "duration", value_parser = clap::value_parser!(u64).range(1..))]
     pub messages: Option<u64>,
@@ -170,6 +190,8 @@ impl ProduceArgs {
             send_timeout_ms: 3_000,
             run: RunArgs {
                 namesrv: namesrv.to_owned(),
+                protocol: Protocol::Remoting,
+                grpc_endpoint: "127.0.0.1:8081".into(),
                 messages: None,
                 duration: None,
                 warmup: 0.0,
@@ -205,6 +227,10 @@ pub struct ConsumeArgs {
     /// With --pop: pops in flight per consumer and master.
     #[arg(long = "pop-loops", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), requires = "pop")]
     pub pop_loops: u32,
+    /// With `--protocol grpc`: SimpleConsumers in the group, each with its own connection and
+    /// one receive in flight.
+    #[arg(long = "receivers", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub receivers: u32,
     #[command(flatten)]
     pub run: RunArgs,
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use quiver_client::{
-    Client, ClientConfig, ClientError, Message, Producer, ProducerConfig, SendResult, SendStatus,
+    Client, ClientConfig, ClientError, GrpcProducer, Message, Producer, ProducerConfig, SendResult,
+    SendStatus,
 };
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
@@ -33,11 +34,44 @@ const STOP_CHECK: Duration = Duration::from_millis(50);
 /// waits the rest on the bench's ticker.
 const COARSE_WAKE_EARLY: Duration = Duration::from_millis(3);
 
+/// A producer of either protocol.
+#[derive(Clone)]
+enum Sender {
+    Remoting(Producer),
+    Grpc(Box<GrpcProducer>),
+}
+
+impl Sender {
+    async fn send(&self, message: &Message) -> Result<SendResult, ClientError> {
+        match self {
+            Sender::Remoting(producer) => producer.send(message).await,
+            Sender::Grpc(producer) => producer.send(message).await,
+        }
+    }
+
+    /// One request for `batch`; `measure` refuses batches over gRPC before any is sent.
+    async fn send_batch(&self, batch: &[Message]) -> Result<SendResult, ClientError> {
+        match self {
+            Sender::Remoting(producer) => producer.send_batch(batch).await,
+            Sender::Grpc(producer) => match batch {
+                [message] => producer.send(message).await,
+                _ => unreachable!("batches over gRPC are refused at the start"),
+            },
+        }
+    }
+
+    async fn shutdown(&self) {
+        if let Sender::Remoting(producer) = self {
+            producer.shutdown().await;
+        }
+    }
+}
+
 /// Everything the senders share: the producers, the counters, the latency recorder and the
 /// limits of the run.
 struct Shared {
     /// Sender `task` uses `producers[task % producers.len()]`.
-    producers: Vec<Producer>,
+    producers: Vec<Sender>,
     message: Message,
     batch: usize,
     keys: bool,
@@ -75,12 +109,7 @@ impl Pacer {
 
 impl Shared {
     /// `batchers` tasks run beside the senders; the run is done when all of them have ended.
-    fn new(
-        args: &ProduceArgs,
-        producers: Vec<Producer>,
-        start: Instant,
-        batchers: usize,
-    ) -> Shared {
+    fn new(args: &ProduceArgs, producers: Vec<Sender>, start: Instant, batchers: usize) -> Shared {
         Shared {
             producers,
             message: Message::new(args.topic.clone(), Bytes::from(body(args.size as usize))),
@@ -108,7 +137,7 @@ impl Shared {
         }
     }
 
-    fn producer(&self, task: usize) -> &Producer {
+    fn producer(&self, task: usize) -> &Sender {
         &self.producers[task % self.producers.len()]
     }
 
@@ -314,6 +343,14 @@ pub(crate) async fn measure(
     print: Print,
 ) -> Result<ProduceOutcome, BenchError> {
     let mut args = args.clone();
+    let batching_asked = args.batch > 1 || args.batch_max_messages.is_some();
+    if args.run.protocol == crate::Protocol::Grpc && batching_asked {
+        return Err(BenchError::Usage(
+            "--protocol grpc sends one message per request: --batch and --batch-max-messages \
+             are for remoting"
+                .into(),
+        ));
+    }
     // Every producer has at least one sender; the record shows the count that ran.
     args.producers = args.producers.min(args.senders);
     let cpu_at_start = process_cpu_s();
@@ -353,7 +390,7 @@ pub(crate) async fn measure(
 }
 
 /// The run's producers, each on a client of its own, once the topic is ready for them.
-async fn start_producers(args: &ProduceArgs, print: Print) -> Result<Vec<Producer>, BenchError> {
+async fn start_producers(args: &ProduceArgs, print: Print) -> Result<Vec<Sender>, BenchError> {
     let new_client = |index: u32| {
         let mut config = ClientConfig::new(&args.run.namesrv);
         config.request_timeout_ms = args.send_timeout_ms;
@@ -370,21 +407,34 @@ async fn start_producers(args: &ProduceArgs, print: Print) -> Result<Vec<Produce
         } else {
             new_client(index)?
         };
-        producers.push(Producer::new(
+        if args.run.protocol == crate::Protocol::Grpc {
+            let timeout = Duration::from_millis(args.send_timeout_ms);
+            let endpoint = &args.run.grpc_endpoint;
+            let producer = GrpcProducer::start(endpoint, &args.topic, timeout)
+                .await
+                .map_err(|error| {
+                    BenchError::Usage(format!(
+                        "cannot start a gRPC producer at {endpoint}: {error}"
+                    ))
+                })?;
+            producers.push(Sender::Grpc(Box::new(producer)));
+            continue;
+        }
+        producers.push(Sender::Remoting(Producer::new(
             client,
             ProducerConfig {
                 group: args.group.clone(),
                 send_timeout_ms: args.send_timeout_ms,
                 ..ProducerConfig::default()
             },
-        ));
+        )));
     }
     Ok(producers)
 }
 
 /// Shuts the producers down all at once: each tells every broker it leaves, which waits out a
 /// broker that is gone.
-async fn shut_down(producers: &[Producer]) {
+async fn shut_down(producers: &[Sender]) {
     let leaving: Vec<_> = producers
         .iter()
         .map(|producer| {
@@ -532,9 +582,13 @@ fn header(args: &ProduceArgs, machine: &Machine) -> String {
         ),
         None => format!("batch {}", args.batch),
     };
+    let server = match args.run.protocol {
+        crate::Protocol::Remoting => format!("name server {}", args.run.namesrv),
+        crate::Protocol::Grpc => format!("gRPC at {}", args.run.grpc_endpoint),
+    };
     format!(
-        "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, {batch}, {mode}, {rate}, {} runtime thread(s), name server {}\nmachine: {}",
-        args.topic, args.senders, args.producers, args.size, args.run.runtime_threads, args.run.namesrv, machine.line()
+        "quiver bench produce: topic {}, {} senders over {} producer(s), {} B bodies, {batch}, {mode}, {rate}, {} runtime thread(s), {server}\nmachine: {}",
+        args.topic, args.senders, args.producers, args.size, args.run.runtime_threads, machine.line()
     )
 }
 
