@@ -75,10 +75,17 @@ def receive_until(consumer, what, done, handle, invisible=30):
         for message in consumer.receive(16, invisible):
             if ours(message):
                 stats["received"] += 1
+                check_intact(message)
                 handle(message)
             else:
                 stats["stale"] += 1
                 consumer.ack(message)
+
+
+def check_intact(message):
+    check(not message.corrupted,
+          f"message {message.message_id} ({message.body!r}): the client marks it corrupted: its body does not match "
+          "the body digest the server sent (the client's log, ~/logs/rocketmq_python, has the details)")
 
 
 def expect_nothing_more(consumer, what):
@@ -241,6 +248,8 @@ class PushListener(MessageListener):
             return ConsumeResult.SUCCESS
         with self.lock:
             stats["received"] += 1
+            if message.corrupted:
+                self.errors.append(f"message {message.message_id} ({message.body!r}) is marked corrupted")
             if message.properties.get("case") != "push":
                 self.earlier.add(message.message_id)
                 return ConsumeResult.SUCCESS
@@ -264,8 +273,13 @@ def push(config, producer, topics, prefix):
             send(producer, new_message(topics["normal"], f"push {i}", case="push", index=str(i)))
         deadline = time.monotonic() + DEADLINE
         while not listener.done():
-            check(time.monotonic() < deadline, f"push: timed out after {DEADLINE} s; attempts {listener.attempts}")
+            if time.monotonic() > deadline:
+                missing = [i for i in range(5) if i not in listener.attempts]
+                raise Failure(f"push: timed out after {DEADLINE} s; delivery attempts by index {listener.attempts}, "
+                              f"never delivered: {missing} (a corrupted message, one whose body does not match the "
+                              "digest the server sent, is not handed to the listener: see ~/logs/rocketmq_python)")
             time.sleep(0.1)
+        check(not listener.errors, f"push: {listener.errors}")
         attempts = listener.attempts
         check(attempts[0][:2] == [1, 2], f"push: message 0 delivery attempts {attempts[0]}, expected [1, 2]")
         for i in range(1, 5):

@@ -792,3 +792,34 @@ async fn a_batch_ack_acknowledges_its_bits_and_a_huge_bit_set_is_refused() {
         .collect();
     assert_eq!(bodies, ["m6", "m7"], "only the unacknowledged come back");
 }
+
+/// RocketMQ's proxy pops with init mode 1 (the queue's end) for a group new to a queue; the
+/// broker still hands out a young queue from its start (its first message within
+/// `accessMessageInMemoryMaxRatio` of the log's end), or else from its last message.
+#[tokio::test]
+async fn a_new_group_popping_from_the_end_reads_a_young_queue_whole_and_an_old_one_from_its_last_message(
+) {
+    let first_pop = |topic: &str| {
+        let mut request = pop_request(topic, 32, 30_000);
+        let ext = request.ext.as_mut().expect("a pop has fields");
+        ext.insert("initMode", "1");
+        request
+    };
+    for (ratio, expected) in [("40", vec!["m0", "m1", "m2"]), ("0", vec!["m2"])] {
+        let h = Harness::with_config(&format!("accessMessageInMemoryMaxRatio={ratio}"));
+        assert_eq!(
+            h.create_topic("Young", 1).await.code,
+            response_code::SUCCESS
+        );
+        for i in 0..3 {
+            h.send("Young", format!("m{i}").as_bytes(), &on_queue(0))
+                .await;
+        }
+        let popped = messages(&h.call(first_pop("Young")).await);
+        let bodies: Vec<String> = popped
+            .iter()
+            .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+            .collect();
+        assert_eq!(bodies, expected, "accessMessageInMemoryMaxRatio={ratio}");
+    }
+}

@@ -572,6 +572,30 @@ impl Store {
         Ok((codes, from + count))
     }
 
+    /// Where in the CommitLog the visible entry at `offset` of a queue lies; None when the
+    /// queue has no such entry (or is held in memory, with no log position).
+    pub fn entry_position(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<Option<u64>, ReadError> {
+        let Some(queue) = self.inner.queues.get(topic, queue_id) else {
+            return Ok(None);
+        };
+        let (min, end) = queue.visible_bounds();
+        if offset < min || offset >= end {
+            return Ok(None);
+        }
+        let mut raw = Vec::new();
+        queue
+            .read_entries(offset, 1, &mut raw)
+            .map_err(|e| ReadError::io(&queue.path_for(offset), &e))?;
+        Ok(raw
+            .get(..queues::consume_queue::ENTRY_BYTES)
+            .map(|entry| queues::consume_queue::Entry::decode(entry).position))
+    }
+
     /// Lower: the first offset stored at or after `timestamp_ms` (max_offset if none).
     /// Upper: the last offset stored at or before it (min_offset if none). 0 for an unknown queue.
     pub fn offset_by_time(

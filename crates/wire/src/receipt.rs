@@ -21,6 +21,10 @@ pub const RECEIPT_HANDLE_BYTES_MAX: usize = 512;
 /// Without `msgQueueOffset` (`ExtraInfoUtil.buildExtraInfo` of seven arguments) and with it.
 const FIELDS_MIN: usize = 7;
 const FIELDS_MAX: usize = 8;
+/// RocketMQ's proxy (and Quiver's gRPC port) hand gRPC clients the handle with the message's
+/// CommitLog position after it, and the proxy passes that whole text on as `extraInfo`:
+/// RocketMQ reads the fields it knows and ignores the ninth, and so does `parse`.
+const FIELDS_WITH_POSITION: usize = 9;
 
 /// The handle's field names as RocketMQ spells them, by position, for errors.
 const FIELD_NAMES: [&str; FIELDS_MAX] = [
@@ -143,10 +147,19 @@ impl ReceiptHandle {
             }
             count += 1;
         }
-        if !(FIELDS_MIN..=FIELDS_MAX).contains(&count) {
+        if !(FIELDS_MIN..=FIELDS_WITH_POSITION).contains(&count) {
             return Err(ReceiptError::FieldCount { fields: count });
         }
-        let queue_offset = if count == FIELDS_MAX {
+        if count == FIELDS_WITH_POSITION {
+            let position = text.rsplit(' ').next().unwrap_or_default();
+            position
+                .parse::<i64>()
+                .map_err(|_| ReceiptError::NotANumber {
+                    field: "commitLogOffset",
+                    value: position.to_owned(),
+                })?;
+        }
+        let queue_offset = if count >= FIELDS_MAX {
             Some(number(&fields, 7)?)
         } else {
             None
@@ -202,7 +215,7 @@ pub enum ReceiptError {
         handle_bytes: usize,
         limit_bytes: usize,
     },
-    #[error("a receipt handle has 7 or 8 space-separated fields, not {fields}")]
+    #[error("a receipt handle has 7 to 9 space-separated fields, not {fields}")]
     FieldCount { fields: usize },
     #[error("{field} {value:?} in a receipt handle is not a number")]
     NotANumber { field: &'static str, value: String },
@@ -256,6 +269,16 @@ mod tests {
         assert_eq!(handle.encode(), "5 1000 30000 0 1 broker-b 3");
     }
 
+    /// What RocketMQ's proxy passes on as `extraInfo`: the gRPC client's handle, the pop handle
+    /// with the message's CommitLog position after it.
+    #[test]
+    fn a_handle_with_the_commit_log_position_after_it_reads_as_the_pop_handle() {
+        let handle = ReceiptHandle::parse("0 1795848191643 30000 0 0 broker-a 2 0 13240").unwrap();
+        assert_eq!(handle.queue_id, 2);
+        assert_eq!(handle.queue_offset, Some(0));
+        assert_eq!(handle.encode(), "0 1795848191643 30000 0 0 broker-a 2 0");
+    }
+
     #[test]
     fn malformed_handles_name_what_is_wrong() {
         assert_eq!(
@@ -263,8 +286,15 @@ mod tests {
             Err(ReceiptError::FieldCount { fields: 5 })
         );
         assert_eq!(
-            ReceiptHandle::parse("0 1 2 0 0 b 1 2 3"),
-            Err(ReceiptError::FieldCount { fields: 9 })
+            ReceiptHandle::parse("0 1 2 0 0 b 1 2 3 4"),
+            Err(ReceiptError::FieldCount { fields: 10 })
+        );
+        assert_eq!(
+            ReceiptHandle::parse("0 1 2 0 0 b 1 2 here"),
+            Err(ReceiptError::NotANumber {
+                field: "commitLogOffset",
+                value: "here".into()
+            })
         );
         assert_eq!(
             ReceiptHandle::parse("0 soon 2 0 0 b 1 2"),

@@ -422,19 +422,42 @@ fn rest_after_cursor(broker: Popping<'_>, key: &QueueKey, bounds: QueueBounds) -
 }
 
 /// Where a group's first pop of a queue starts: a group that consumed it before (by pull) goes
-/// on from its committed offset; else the queue's end with init mode 1 (the consumed topic
-/// only), its start otherwise.
+/// on from its committed offset; else, with init mode 1 (the consumed topic only), as RocketMQ
+/// does: the queue's start while it has lost nothing and its first message is still within
+/// `accessMessageInMemoryMaxRatio` of the log's end (a young queue is read whole), else its
+/// last message; its start with init mode 0.
 fn first_pop_offset(broker: Popping<'_>, target: &PopTarget) -> u64 {
     let header = target.header;
     let committed = broker
         .offsets
         .get(target.topic, &header.consumer_group, target.queue_id)
         .map(|o| o.max(0) as u64);
-    committed.unwrap_or(if header.init_mode == 1 && !target.is_retry {
-        target.bounds.max_offset
+    if let Some(committed) = committed {
+        return committed;
+    }
+    let bounds = &target.bounds;
+    if header.init_mode != 1 || target.is_retry {
+        return bounds.min_offset;
+    }
+    let first_in_memory = bounds.min_offset == 0
+        && broker
+            .store
+            .entry_position(target.topic, target.queue_id as u32, 0)
+            .ok()
+            .flatten()
+            .is_some_and(|position| {
+                let behind = broker
+                    .store
+                    .stats()
+                    .written_position
+                    .saturating_sub(position);
+                behind <= broker.config.in_memory_bytes_max()
+            });
+    if first_in_memory {
+        0
     } else {
-        target.bounds.min_offset
-    })
+        bounds.max_offset.saturating_sub(1).max(bounds.min_offset)
+    }
 }
 
 /// Reads up to `wanted` matching messages from `cursor`, with no lock held: their offsets, the

@@ -328,15 +328,30 @@ fn create_broker_system_topics(
     Ok(())
 }
 
-/// The topics RocketMQ's broker creates at start for clients' features, with its shapes (one
-/// queue, read and write): the cluster's reply topic always, so that a consumer's reply finds a
-/// route; the message-trace topic only with `traceTopicEnable` (without it, a client's first
-/// trace record creates it from TBW102 like any other topic, when auto-create is on).
+/// The topics RocketMQ's broker creates at start for clients' features, with its shapes: the
+/// cluster's reply topic always (one queue), so that a consumer's reply finds a route; topics
+/// named after the cluster (16 queues) and the broker (one), as `clusterTopicEnable` and
+/// `brokerTopicEnable` make them by default, which RocketMQ's proxy looks up to find the
+/// cluster's brokers; the message-trace topic only with `traceTopicEnable` (without it, a
+/// client's first trace record creates it from TBW102 like any other topic, when auto-create is
+/// on).
 fn create_client_system_topics(
     config: &BrokerConfig,
     topics: &TopicTable,
 ) -> Result<(), StateError> {
+    const CLUSTER_TOPIC_QUEUES: i32 = 16;
     let read_write = crate::topic::PERM_READ | crate::topic::PERM_WRITE;
+    let inherited = crate::topic::PERM_INHERIT | read_write;
+    topics.create_if_absent(crate::topic::topic_config(
+        &config.cluster_name,
+        CLUSTER_TOPIC_QUEUES,
+        inherited,
+    ))?;
+    topics.create_if_absent(crate::topic::topic_config(
+        &config.broker_name,
+        1,
+        inherited,
+    ))?;
     let reply_topic = crate::topic::reply_topic(&config.cluster_name);
     topics.create_if_absent(crate::topic::topic_config(&reply_topic, 1, read_write))?;
     if config.trace_topic_enable {
