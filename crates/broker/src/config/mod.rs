@@ -43,6 +43,7 @@ pub const POP_IN_FLIGHT_MAX_PER_GROUP: usize = 200_000;
 pub const TOPICS_MAX_KEY: &str = "quiverTopicsMax";
 pub const SUBSCRIPTION_GROUPS_MAX_KEY: &str = "quiverSubscriptionGroupsMax";
 pub const CLIENT_IDS_MAX_KEY: &str = "quiverClientIdsMax";
+pub const GRPC_CLIENTS_MAX_KEY: &str = "quiverGrpcClientsMax";
 pub const CLIENT_IDS_PER_CONNECTION_MAX_KEY: &str = "quiverClientIdsPerConnectionMax";
 
 /// Why 10,000 topics: a topic in use holds a ConsumeQueue per queue (4 when a send creates
@@ -125,6 +126,8 @@ pub struct BrokerConfig {
     /// heartbeats of, in all and over one connection; a heartbeat of a new id past them is
     /// refused.
     pub client_ids_max: usize,
+    /// `quiverGrpcClientsMax`: gRPC clients served at once.
+    pub grpc_clients_max: usize,
     pub client_ids_per_connection_max: usize,
     /// `compressedRegister`: registrations carry the topics zipped in RocketMQ's compressed
     /// layout. Registrations whose JSON would be large are compressed whatever it says.
@@ -278,6 +281,7 @@ impl Default for BrokerConfig {
             topics_max: TOPICS_MAX_DEFAULT,
             subscription_groups_max: SUBSCRIPTION_GROUPS_MAX_DEFAULT,
             client_ids_max: CLIENT_IDS_MAX_DEFAULT,
+            grpc_clients_max: 10_000,
             client_ids_per_connection_max: CLIENT_IDS_PER_CONNECTION_MAX_DEFAULT,
             compressed_register: false,
             role: BrokerRole::AsyncMaster,

@@ -50,7 +50,11 @@ impl Messaging {
             .remote_addr()
             .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
         let session = self.sessions.of(client_id, peer).ok_or_else(|| {
-            Status::resource_exhausted("the broker serves connectionsMax gRPC clients already")
+            let max = self.broker.serving().config.grpc_clients_max;
+            Status::resource_exhausted(format!(
+                "the broker serves {max} gRPC clients already ({})",
+                crate::config::GRPC_CLIENTS_MAX_KEY
+            ))
         })?;
         let language = convert::language_of(text("x-mq-language").unwrap_or("JAVA"));
         session.identify(language, client_version(text("x-mq-client-version")));

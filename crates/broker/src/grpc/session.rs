@@ -3,7 +3,7 @@
 //! and through which the broker's own requests to the client (a transaction check) reach its
 //! telemetry stream. The session holds what the client said of itself in its settings.
 //!
-//! Bounds: sessions at most `connectionsMax` (then RESOURCE_EXHAUSTED), each with the
+//! Bounds: sessions at most `quiverGrpcClientsMax` (then RESOURCE_EXHAUSTED), each with the
 //! in-flight requests and byte budget of a remoting connection
 //! (`quiverConnectionBytesMax`); a session unused for `IDLE_MS` with no telemetry stream open
 //! is ended, which unregisters its client as a closed connection does.
@@ -328,14 +328,14 @@ impl Sessions {
         }
     }
 
-    /// The session of `client_id`, started on its first call; None when `connectionsMax`
-    /// sessions are open.
+    /// The session of `client_id`, started on its first call; None when
+    /// `quiverGrpcClientsMax` sessions are open.
     pub fn of(&self, client_id: &str, peer: SocketAddr) -> Option<Arc<Session>> {
         let mut table = lock(&self.table);
         if let Some(session) = table.get(client_id) {
             return Some(session.clone());
         }
-        if table.len() >= self.broker.serving().config.connections_max {
+        if table.len() >= self.broker.serving().config.grpc_clients_max {
             return None;
         }
         let session = Session::start(&self.broker, client_id, peer, self.halves.clone());

@@ -770,6 +770,24 @@ pub(in crate::config) static BROKER: &[Key] = &[
         print: |printing| printing.config.client_ids_max.to_string(),
     },
     Key {
+        name: crate::config::GRPC_CLIENTS_MAX_KEY,
+        aliases: &[],
+        group: Group::Limits,
+        default: "10000",
+        follows: None,
+        doc: "The most gRPC clients (client ids) the gRPC port serves at once, each with the \
+              in-flight requests and byte budget of a connection; a call from a new one past it \
+              is refused RESOURCE_EXHAUSTED naming this key. A client silent for 2 minutes with \
+              no telemetry stream open is let go.",
+        live: None,
+        read: |reading, field| {
+            field
+                .number(1, 1_000_000)
+                .map(|clients| reading.config.grpc_clients_max = clients)
+        },
+        print: |printing| printing.config.grpc_clients_max.to_string(),
+    },
+    Key {
         name: crate::config::CLIENT_IDS_PER_CONNECTION_MAX_KEY,
         aliases: &[],
         group: Group::Limits,
