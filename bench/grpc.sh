@@ -101,7 +101,7 @@ run_java_bench() {
   shift 3
   local out="$WORK/$system-java-$senders.txt" before after
   before=$(cpu_s "$@")
-  in_ns "$holder" java -Xms512m -Xmx512m -cp "$CLIENT_JAR" "$REPO/bench/rocketmq/GrpcProducerBench.java" \
+  in_ns "$holder" java -Xms1g -Xmx1g -cp "$CLIENT_JAR" "$REPO/bench/rocketmq/GrpcProducerBench.java" \
     127.0.0.1:8081 "$TOPIC" "$senders" 1024 "$WARMUP_S" "$DURATION_S" >"$out" 2>"$out.log"
   after=$(cpu_s "$@")
   local sent tps p99

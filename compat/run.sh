@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Apache RocketMQ's own Java client (5.5.0 and 4.9.7), mqadmin and the benchmark tools
-# against a server started here, and exits non-zero if any test fails.
+# against a server started here, and against `quiver up` also RocketMQ 5's gRPC clients (Java,
+# Python, Go, Node.js; compat/grpc), and exits non-zero if any test fails.
 #
 #   compat/run.sh               build quiver (debug), start `quiver up` on free ports, test it
 #   compat/run.sh --release     the same with a release build
@@ -73,8 +74,11 @@ resolve() {
     local none=(test -Dtest=NoSuchTest -Dsurefire.failIfNoSpecifiedTests=false)
     quiet_mvn -f "$COMPAT/pom.xml" "${none[@]}"
     quiet_mvn -f "$COMPAT/pom.xml" -P client-4 "${none[@]}"
-    [ "$TARGET" = quiver ] && quiet_mvn -f "$COMPAT/grpc/pom.xml" "${none[@]}"
-    return 0
+    if [ "$TARGET" = quiver ]; then
+        quiet_mvn -f "$COMPAT/grpc/pom.xml" "${none[@]}"
+        # RocketMQ's gRPC clients for Python, Go and Node.js, into .cache/grpc-clients.
+        "$COMPAT/grpc/clients.sh" install
+    fi
 }
 
 WORK=""
@@ -189,8 +193,9 @@ run_tests() {
     log "rocketmq-client 4.9.7"
     "${MVN[@]}" -f "$COMPAT/pom.xml" -P client-4 test "${common[@]}" || failed=1
     if [ -n "$GRPC" ]; then
-        log "rocketmq-client-java 5.2.0 (gRPC) at $GRPC"
-        "${MVN[@]}" -f "$COMPAT/grpc/pom.xml" test "${common[@]}" "-Dcompat.grpc=$GRPC" || failed=1
+        log "gRPC at $GRPC: rocketmq-client-java 5.2.0, and the Python, Go and Node.js clients"
+        "${MVN[@]}" -f "$COMPAT/grpc/pom.xml" test "${common[@]}" "-Dcompat.grpc=$GRPC" \
+            -Dcompat.grpcClients=true || failed=1
     fi
     local report
     for report in "$COMPAT"/target/surefire-reports-*/*.txt; do

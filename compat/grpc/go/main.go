@@ -403,6 +403,6 @@ func main() {
 	step = "7 push consumer"
 	earlier := push(p, normal, prefix)
 
-	fmt.Printf("%s: ok (sent %d, received %d, stale %d; delay %+dms; transactions commit+checker commit, rollback unseen; "+
+	fmt.Printf("%s: ok (sent %d, received %d, stale %d; delay %+d ms; transactions commit+checker commit, rollback unseen; "+
 		"push redelivered with attempt 2, plus %d earlier messages)\n", name, sent, received, stale, late.Milliseconds(), earlier)
 }

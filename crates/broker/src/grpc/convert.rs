@@ -325,10 +325,7 @@ pub fn message_of(stored: &StoredMessage, delivery: &Delivery) -> pb::Message {
             })
             .unwrap_or_default(),
         message_id,
-        body_digest: Some(pb::Digest {
-            r#type: pb::DigestType::Crc32 as i32,
-            checksum: format!("{:X}", crc32fast::hash(&body)),
-        }),
+        body_digest: Some(body_digest(&body)),
         body_encoding: pb::Encoding::Identity as i32,
         message_type: message_type as i32,
         born_timestamp: Some(timestamp(stored.born_timestamp)),
@@ -354,6 +351,20 @@ pub fn message_of(stored: &StoredMessage, delivery: &Delivery) -> pb::Message {
         user_properties,
         system_properties: Some(system),
         body,
+    }
+}
+
+/// The body's MD5 in upper-case hex, as RocketMQ's proxy sends it: every client checks an MD5
+/// digest alike, while they read a CRC32 one three ways (unpadded hex, padded hex, decimal).
+fn body_digest(body: &[u8]) -> pb::Digest {
+    use md5::Digest as _;
+    let checksum = md5::Md5::digest(body)
+        .iter()
+        .map(|byte| format!("{byte:02X}"))
+        .collect();
+    pb::Digest {
+        r#type: pb::DigestType::Md5 as i32,
+        checksum,
     }
 }
 
