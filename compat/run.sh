@@ -132,6 +132,39 @@ start_quiver() {
     log "quiver up: $(cat "$WORK/quiver.out")"
 }
 
+# A free TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Starts Apache RocketMQ's gRPC proxy 5.5.0 in cluster mode in front of the server under test;
+# once it listens, PROXY is its gRPC endpoint.
+PROXY=""
+start_proxy() {
+    local grpc remoting classpath
+    grpc="$(free_port)"
+    remoting="$(free_port)"
+    classpath="$(cat "$COMPAT/target/tools.classpath")"
+    mkdir -p "$WORK/proxy"
+    printf '{"rocketMQClusterName": "DefaultCluster", "namesrvAddr": "%s", "grpcServerPort": %s, "remotingListenPort": %s, "proxyMode": "cluster"}\n' \
+        "$NAMESRV" "$grpc" "$remoting" >"$WORK/proxy/rmq-proxy.json"
+    java -Duser.home="$WORK/proxy" -Drocketmq.home.dir="$WORK/proxy" -Xms256m -Xmx512m -cp "$classpath" \
+        org.apache.rocketmq.proxy.ProxyStartup -pc "$WORK/proxy/rmq-proxy.json" -pm cluster \
+        >"$WORK/proxy/proxy.log" 2>&1 &
+    PIDS+=("$!")
+    local i
+    for i in $(seq 1 600); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$grpc") 2>/dev/null; then
+            PROXY="127.0.0.1:$grpc"
+            return 0
+        fi
+        sleep 0.1
+    done
+    log "rocketmq-proxy did not listen on $grpc within 60 s:"
+    tail -n 30 "$WORK/proxy/proxy.log" >&2
+    return 1
+}
+
 start_reference() {
     local classpath
     classpath="$(cat "$COMPAT/target/tools.classpath")"
@@ -196,6 +229,14 @@ run_tests() {
         log "gRPC at $GRPC: rocketmq-client-java 5.2.0, and the Python, Go and Node.js clients"
         "${MVN[@]}" -f "$COMPAT/grpc/pom.xml" test "${common[@]}" "-Dcompat.grpc=$GRPC" \
             -Dcompat.grpcClients=true || failed=1
+        if start_proxy; then
+            log "rocketmq-client-java 5.2.0 through rocketmq-proxy 5.5.0 (cluster mode) at $PROXY"
+            "${MVN[@]}" -f "$COMPAT/grpc/pom.xml" test "${common[@]}" "-Dcompat.grpc=$PROXY" \
+                -Dcompat.grpcViaProxy=true -Dcompat.grpcReports=grpc-proxy \
+                || failed=1
+        else
+            failed=1
+        fi
     fi
     local report
     for report in "$COMPAT"/target/surefire-reports-*/*.txt; do
