@@ -32,6 +32,9 @@ struct Session {
     stub: MessagingServiceClient<Channel>,
     endpoint: String,
     client_id: String,
+    /// Each call's deadline, sent as `grpc-timeout` (RocketMQ's proxy reads its receives' long
+    /// poll from it).
+    timeout: Duration,
     /// The telemetry stream's sender, kept open while the client lives.
     _telemetry: Arc<mpsc::Sender<pb::TelemetryCommand>>,
 }
@@ -93,6 +96,7 @@ impl Session {
             stub,
             endpoint: endpoint.to_string(),
             client_id,
+            timeout,
             _telemetry: Arc::new(sender),
         })
     }
@@ -100,6 +104,7 @@ impl Session {
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         sign(&mut request, &self.client_id);
+        request.set_timeout(self.timeout);
         request
     }
 
