@@ -23,6 +23,7 @@ mod produce;
 mod progress;
 mod report;
 mod schedule;
+mod sender;
 mod soak;
 mod steal;
 mod study;

@@ -21,6 +21,7 @@ use crate::report::{
     Summary,
 };
 use crate::schedule::{wait_until, Schedule, Stop};
+use crate::sender::Sender;
 use crate::{write_json, BenchError, ProduceArgs};
 
 /// How long the run waits for sends still in flight after it stopped, beyond the send timeout
@@ -33,39 +34,6 @@ const STOP_CHECK: Duration = Duration::from_millis(50);
 /// A paced sender leaves the runtime's millisecond timer this long before its due time and
 /// waits the rest on the bench's ticker.
 const COARSE_WAKE_EARLY: Duration = Duration::from_millis(3);
-
-/// A producer of either protocol.
-#[derive(Clone)]
-enum Sender {
-    Remoting(Producer),
-    Grpc(Box<GrpcProducer>),
-}
-
-impl Sender {
-    async fn send(&self, message: &Message) -> Result<SendResult, ClientError> {
-        match self {
-            Sender::Remoting(producer) => producer.send(message).await,
-            Sender::Grpc(producer) => producer.send(message).await,
-        }
-    }
-
-    /// One request for `batch`; `measure` refuses batches over gRPC before any is sent.
-    async fn send_batch(&self, batch: &[Message]) -> Result<SendResult, ClientError> {
-        match self {
-            Sender::Remoting(producer) => producer.send_batch(batch).await,
-            Sender::Grpc(producer) => match batch {
-                [message] => producer.send(message).await,
-                _ => unreachable!("batches over gRPC are refused at the start"),
-            },
-        }
-    }
-
-    async fn shutdown(&self) {
-        if let Sender::Remoting(producer) = self {
-            producer.shutdown().await;
-        }
-    }
-}
 
 /// Everything the senders share: the producers, the counters, the latency recorder and the
 /// limits of the run.

@@ -84,19 +84,54 @@ pub fn send_request(message: &pb::Message, target: &SendTarget) -> Result<Comman
         .unwrap_or_default();
     let system = message.system_properties.clone().unwrap_or_default();
     let body = body_of(message, &system, target.body_bytes_max)?;
-    let mut pairs: Vec<(String, String)> = message
+    let transaction = system.message_type == pb::MessageType::Transaction as i32;
+    let header = SendMessageHeader {
+        producer_group: target.producer_group.to_string(),
+        topic,
+        default_topic: "TBW102".to_string(),
+        default_topic_queue_nums: 4,
+        queue_id: target.queue_id,
+        sys_flag: if transaction {
+            sys_flag::TRANSACTION_PREPARED
+        } else {
+            0
+        },
+        born_timestamp: system
+            .born_timestamp
+            .as_ref()
+            .map_or(target.born_ms, millis_of),
+        flag: 0,
+        properties: properties_of(message, &system, target.producer_group)?,
+        reconsume_times: 0,
+        unit_mode: false,
+        max_reconsume_times: None,
+        batch: false,
+    };
+    Ok(
+        Command::request(request_code::SEND_MESSAGE_V2, Encoding::Json)
+            .with_ext(header.to_v2())
+            .with_body(body),
+    )
+}
+
+/// The stored properties of a gRPC message: its user properties (none of them a name the system
+/// sets), then what its system properties say in RocketMQ's names.
+fn properties_of(
+    message: &pb::Message,
+    system: &pb::SystemProperties,
+    producer_group: &str,
+) -> Result<String, Unsendable> {
+    let mut pairs: Vec<(&str, &str)> = message
         .user_properties
         .iter()
-        .map(|(name, value)| (name.clone(), value.clone()))
+        .map(|(name, value)| (name.as_str(), value.as_str()))
         .collect();
     pairs.sort();
-    for (name, _) in &pairs {
-        if is_system_property(name) {
-            return Err(Unsendable {
-                code: Code::IllegalMessagePropertyKey,
-                message: format!("user property {name} is reserved for the system"),
-            });
-        }
+    if let Some((name, _)) = pairs.iter().find(|(name, _)| is_system_property(name)) {
+        return Err(Unsendable {
+            code: Code::IllegalMessagePropertyKey,
+            message: format!("user property {name} is reserved for the system"),
+        });
     }
     let mut system_pairs = vec![
         (property::UNIQ_KEY, system.message_id.clone()),
@@ -114,48 +149,16 @@ pub fn send_request(message: &pb::Message, target: &SendTarget) -> Result<Comman
     if let Some(due) = &system.delivery_timestamp {
         system_pairs.push((property::TIMER_DELIVER_MS, millis_of(due).to_string()));
     }
-    let mut flag = 0;
     if system.message_type == pb::MessageType::Transaction as i32 {
-        flag |= sys_flag::TRANSACTION_PREPARED;
         system_pairs.push((property::TRAN_MSG, "true".to_string()));
-        system_pairs.push((property::PRODUCER_GROUP, target.producer_group.to_string()));
+        system_pairs.push((property::PRODUCER_GROUP, producer_group.to_string()));
         if let Some(after) = &system.orphaned_transaction_recovery_duration {
-            let seconds = after.seconds.max(0);
-            system_pairs.push((
-                property::CHECK_IMMUNITY_TIME_IN_SECONDS,
-                seconds.to_string(),
-            ));
+            let seconds = after.seconds.max(0).to_string();
+            system_pairs.push((property::CHECK_IMMUNITY_TIME_IN_SECONDS, seconds));
         }
     }
-    let properties = encode_properties(
-        pairs
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .chain(system_pairs.iter().map(|(n, v)| (*n, v.as_str()))),
-    );
-    let header = SendMessageHeader {
-        producer_group: target.producer_group.to_string(),
-        topic,
-        default_topic: "TBW102".to_string(),
-        default_topic_queue_nums: 4,
-        queue_id: target.queue_id,
-        sys_flag: flag,
-        born_timestamp: system
-            .born_timestamp
-            .as_ref()
-            .map_or(target.born_ms, millis_of),
-        flag: 0,
-        properties,
-        reconsume_times: 0,
-        unit_mode: false,
-        max_reconsume_times: None,
-        batch: false,
-    };
-    Ok(
-        Command::request(request_code::SEND_MESSAGE_V2, Encoding::Json)
-            .with_ext(header.to_v2())
-            .with_body(body),
-    )
+    let system_pairs = system_pairs.iter().map(|(n, v)| (*n, v.as_str()));
+    Ok(encode_properties(pairs.into_iter().chain(system_pairs)))
 }
 
 /// The body as stored: a GZIP body (the clients compress large ones) is inflated, up to the

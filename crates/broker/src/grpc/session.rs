@@ -390,3 +390,37 @@ pub async fn sweep(sessions: Arc<Sessions>, mut shutdown: watch::Receiver<bool>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn half(offset: i64) -> HalfMessage {
+        HalfMessage {
+            producer_group: "t".into(),
+            topic: "t".into(),
+            queue_offset: offset,
+            commit_log_offset: offset,
+            message_id: offset.to_string(),
+        }
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_half_messages_are_forgotten_ended_ones_included() {
+        let mut halves = HalfMessages::default();
+        for id in 0..HALF_MESSAGES_MAX as i64 {
+            halves.remember(id.to_string(), half(id));
+        }
+        // Ended halves still hold their place in the order until their turn comes.
+        halves.by_id.remove("1");
+        halves.remember("newest".into(), half(-1));
+        assert_eq!(halves.order.len(), HALF_MESSAGES_MAX);
+        assert!(!halves.by_id.contains_key("0"), "the oldest is forgotten");
+        assert!(halves.by_id.contains_key("2") && halves.by_id.contains_key("newest"));
+        // The next one takes the ended half's place, and no live one goes.
+        halves.remember("after".into(), half(-2));
+        assert_eq!(halves.order.len(), HALF_MESSAGES_MAX);
+        assert_eq!(halves.by_id.len(), HALF_MESSAGES_MAX);
+        assert!(halves.by_id.contains_key("2") && halves.by_id.contains_key("after"));
+    }
+}

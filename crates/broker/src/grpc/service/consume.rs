@@ -77,64 +77,12 @@ pub async fn receive(
     session: &Session,
     request: pb::ReceiveMessageRequest,
 ) -> Vec<pb::ReceiveMessageResponse> {
-    let only_status = |status: Option<pb::Status>| {
-        vec![
-            pb::ReceiveMessageResponse {
-                content: status.map(pb::receive_message_response::Content::Status),
-            },
-            delivered_now(),
-        ]
+    let invisible_ms = match invisible_of(&request) {
+        Ok(invisible_ms) => invisible_ms,
+        Err(refused) => return only_status(refused),
     };
-    let group = name_of(&request.group);
-    let topic = request
-        .message_queue
-        .as_ref()
-        .map(|queue| name_of(&queue.topic))
-        .unwrap_or_default();
-    let invisible_ms = match (&request.invisible_duration, request.auto_renew) {
-        (Some(duration), _) => convert::duration_millis(duration),
-        (None, true) => INVISIBLE_DEFAULT_MS,
-        (None, false) => {
-            return only_status(status(
-                Code::IllegalInvisibleTime,
-                "the invisible duration is required",
-            ))
-        }
-    };
-    if !(INVISIBLE_MIN_MS..=INVISIBLE_MAX_MS).contains(&invisible_ms) {
-        let why = format!(
-            "the invisible duration {invisible_ms} ms is not between {INVISIBLE_MIN_MS} ms and \
-             {INVISIBLE_MAX_MS} ms"
-        );
-        return only_status(status(Code::IllegalInvisibleTime, why));
-    }
-    let poll_ms = request
-        .long_polling_timeout
-        .as_ref()
-        .map_or(0, convert::duration_millis)
-        .clamp(0, LONG_POLLING_MAX_MS);
-    let filter = request.filter_expression.unwrap_or_default();
-    let sql = filter.r#type == pb::FilterType::Sql as i32;
-    let header = PopMessageRequestHeader {
-        consumer_group: group,
-        topic: topic.clone(),
-        queue_id: -1,
-        max_msg_nums: match request.batch_size {
-            0 => RECEIVE_BATCH_DEFAULT,
-            size => size.clamp(1, RECEIVE_BATCH_MAX),
-        },
-        invisible_time: invisible_ms,
-        poll_time: poll_ms,
-        born_time: crate::clock::now_ms(),
-        init_mode: 0,
-        exp_type: Some(if sql { "SQL92" } else { "TAG" }.to_string()),
-        exp: Some(if filter.expression.is_empty() {
-            "*".to_string()
-        } else {
-            filter.expression
-        }),
-        order: Some(session.client().fifo()),
-    };
+    let header = pop_header(session, request, invisible_ms);
+    let topic = header.topic.clone();
     let answer = match session
         .call(convert::request(request_code::POP_MESSAGE, header.to_ext()))
         .await
@@ -152,10 +100,8 @@ pub async fn receive(
     let messages = match StoredMessage::decode_all_shared(&answer.body) {
         Ok(messages) => messages,
         Err(error) => {
-            return only_status(status(
-                Code::InternalServerError,
-                format!("popped messages: {error}"),
-            ))
+            let why = format!("popped messages: {error}");
+            return only_status(status(Code::InternalServerError, why));
         }
     };
     let broker_name = &messaging.broker.serving().config.broker_name;
@@ -179,6 +125,90 @@ pub async fn receive(
     }));
     responses.push(delivered_now());
     responses
+}
+
+/// A receive answered with `status` alone, then the time of delivery.
+fn only_status(status: Option<pb::Status>) -> Vec<pb::ReceiveMessageResponse> {
+    vec![
+        pb::ReceiveMessageResponse {
+            content: status.map(pb::receive_message_response::Content::Status),
+        },
+        delivered_now(),
+    ]
+}
+
+/// How long a receive's messages stay invisible: what the client asks for, within
+/// `INVISIBLE_MIN_MS`..=`INVISIBLE_MAX_MS`, or the default for a client that asks the server to
+/// renew it.
+fn invisible_of(request: &pb::ReceiveMessageRequest) -> Result<i64, Option<pb::Status>> {
+    let invisible_ms = match (&request.invisible_duration, request.auto_renew) {
+        (Some(duration), _) => convert::duration_millis(duration),
+        (None, true) => INVISIBLE_DEFAULT_MS,
+        (None, false) => {
+            let why = "the invisible duration is required";
+            return Err(status(Code::IllegalInvisibleTime, why));
+        }
+    };
+    if !(INVISIBLE_MIN_MS..=INVISIBLE_MAX_MS).contains(&invisible_ms) {
+        let why = format!(
+            "the invisible duration {invisible_ms} ms is not between {INVISIBLE_MIN_MS} ms and \
+             {INVISIBLE_MAX_MS} ms"
+        );
+        return Err(status(Code::IllegalInvisibleTime, why));
+    }
+    Ok(invisible_ms)
+}
+
+/// The POP_MESSAGE of a receive: every queue of the broker, ordered when the broker told the
+/// client its group is.
+fn pop_header(
+    session: &Session,
+    request: pb::ReceiveMessageRequest,
+    invisible_ms: i64,
+) -> PopMessageRequestHeader {
+    let (exp_type, exp) = filter_of(request.filter_expression);
+    PopMessageRequestHeader {
+        consumer_group: name_of(&request.group),
+        topic: request
+            .message_queue
+            .as_ref()
+            .map(|queue| name_of(&queue.topic))
+            .unwrap_or_default(),
+        queue_id: -1,
+        max_msg_nums: match request.batch_size {
+            0 => RECEIVE_BATCH_DEFAULT,
+            size => size.clamp(1, RECEIVE_BATCH_MAX),
+        },
+        invisible_time: invisible_ms,
+        poll_time: long_poll_ms(&request.long_polling_timeout),
+        born_time: crate::clock::now_ms(),
+        init_mode: 0,
+        exp_type: Some(exp_type),
+        exp: Some(exp),
+        order: Some(session.client().fifo()),
+    }
+}
+
+/// A filter expression as remoting carries it: its type (`TAG`, `SQL92`) and text (`*` when
+/// empty).
+fn filter_of(filter: Option<pb::FilterExpression>) -> (String, String) {
+    let filter = filter.unwrap_or_default();
+    let sql = filter.r#type == pb::FilterType::Sql as i32;
+    let kind = if sql { "SQL92" } else { "TAG" }.to_string();
+    let text = if filter.expression.is_empty() {
+        "*".to_string()
+    } else {
+        filter.expression
+    };
+    (kind, text)
+}
+
+/// A long poll the client asks for, at most `LONG_POLLING_MAX_MS`.
+fn long_poll_ms(timeout: &Option<quiver_proto::Duration>) -> i64 {
+    timeout
+        .as_ref()
+        .map_or(0, convert::duration_millis)
+        .clamp(0, LONG_POLLING_MAX_MS)
 }
 
 /// A receive stream's last item: when it was delivered.
@@ -444,8 +474,7 @@ pub async fn pull(
 ) -> Vec<pb::PullMessageResponse> {
     use pb::pull_message_response::Content;
     let (topic, queue_id) = queue_of(&request.message_queue);
-    let filter = request.filter_expression.unwrap_or_default();
-    let sql = filter.r#type == pb::FilterType::Sql as i32;
+    let (expression_type, subscription) = filter_of(request.filter_expression);
     let header = PullMessageRequestHeader {
         consumer_group: name_of(&request.group),
         topic: topic.clone(),
@@ -455,18 +484,10 @@ pub async fn pull(
         // Suspend (2) and subscription (4) flags.
         sys_flag: 2 | 4,
         commit_offset: 0,
-        suspend_timeout_millis: request
-            .long_polling_timeout
-            .as_ref()
-            .map_or(0, convert::duration_millis)
-            .clamp(0, LONG_POLLING_MAX_MS),
-        subscription: Some(if filter.expression.is_empty() {
-            "*".into()
-        } else {
-            filter.expression
-        }),
+        suspend_timeout_millis: long_poll_ms(&request.long_polling_timeout),
+        subscription: Some(subscription),
         sub_version: crate::clock::now_ms(),
-        expression_type: Some(if sql { "SQL92" } else { "TAG" }.into()),
+        expression_type: Some(expression_type),
         max_msg_bytes: None,
     };
     let only = |status: Option<pb::Status>| {
