@@ -179,12 +179,13 @@ pub(super) enum Group {
 
 mod broker;
 mod features;
+mod grpc;
 mod store;
 
 /// Every key, in the order GET_BROKER_CONFIG prints them: the table is long, so it is kept in
 /// three files by subject, read here in that order.
 pub(super) fn all() -> impl Iterator<Item = &'static Key> {
-    [broker::BROKER, store::STORE, features::FEATURES]
+    [broker::BROKER, store::STORE, features::FEATURES, grpc::GRPC]
         .into_iter()
         .flatten()
 }
